@@ -1,0 +1,60 @@
+"""poise_py: a client-side load balancer for structured concurrency (anyio: Trio and asyncio).
+
+Callers write ``async with lb.acquire() as permit:``; the permit is tagged with its
+endpoint's circuit epoch, and how the block ends is the health signal.
+"""
+
+from __future__ import annotations
+
+from ._balancer import LoadBalancer as LoadBalancer
+from ._classify import Classifier as Classifier
+from ._classify import FaultError as FaultError
+from ._classify import default_classifier as default_classifier
+from ._core._circuit import Cause as Cause
+from ._core._circuit import CircuitState as CircuitState
+from ._core._ejection import Backoff as Backoff
+from ._core._ejection import Escalation as Escalation
+from ._core._ejection import HardCap as HardCap
+from ._core._policies import Policy as Policy
+from ._core._policies import PowerOfTwoChoices as PowerOfTwoChoices
+from ._core._policies import RoundRobin as RoundRobin
+from ._core._policy import CircuitPolicy as CircuitPolicy
+from ._core._window import CountWindow as CountWindow
+from ._core._window import TimeWindow as TimeWindow
+from ._decision import Decision as Decision
+from ._decision import DecisionMode as DecisionMode
+from ._discovery import Delta as Delta
+from ._discovery import DiscoveryEnd as DiscoveryEnd
+from ._discovery import Snapshot as Snapshot
+from ._discovery import StaticDiscovery as StaticDiscovery
+from ._discovery import Update as Update
+from ._endpoint import AdminStatus as AdminStatus
+from ._endpoint import Endpoint as Endpoint
+from ._errors import AlreadyRunning as AlreadyRunning
+from ._errors import CapacityOverflow as CapacityOverflow
+from ._errors import ConfigError as ConfigError
+from ._errors import CoordinationError as CoordinationError
+from ._errors import DiscoveryClosed as DiscoveryClosed
+from ._errors import DiscoveryError as DiscoveryError
+from ._errors import DuplicateIdentity as DuplicateIdentity
+from ._errors import DuplicateRevision as DuplicateRevision
+from ._errors import EmptyPool as EmptyPool
+from ._errors import EndpointFactoryError as EndpointFactoryError
+from ._errors import IneligibleReason as IneligibleReason
+from ._errors import NoEligibleEndpoints as NoEligibleEndpoints
+from ._errors import NotRunning as NotRunning
+from ._errors import PermitError as PermitError
+from ._errors import PoiseError as PoiseError
+from ._errors import ReadinessError as ReadinessError
+from ._errors import RevisionOverflow as RevisionOverflow
+from ._errors import SelectionError as SelectionError
+from ._errors import StaleRevision as StaleRevision
+from ._errors import UnknownIdentity as UnknownIdentity
+from ._faults import Classification as Classification
+from ._faults import Fault as Fault
+from ._permit import Permit as Permit
+from ._snapshot import EndpointCounters as EndpointCounters
+from ._snapshot import EndpointSnapshot as EndpointSnapshot
+from ._snapshot import PoolSnapshot as PoolSnapshot
+
+__version__ = "0.1.0"

@@ -1,0 +1,317 @@
+"""The async shell: ``LoadBalancer`` owns a task group and feeds the pure pool.
+
+Decide, then do I/O: every decision (selection, outcome, timers, discovery changes) is a
+synchronous call into the pure :class:`~poise_py._core._pool.Pool` with ``now`` read from
+the clock; the only awaits are in the background tasks (discovery, timers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterable, Callable, Collection, Hashable
+from types import TracebackType
+
+import anyio
+
+from ._classify import Classifier, default_classifier
+from ._core._circuit import Transition
+from ._core._directory import Directory
+from ._core._policies import Policy, PowerOfTwoChoices
+from ._core._policy import CircuitPolicy
+from ._core._pool import Pool
+from ._core._state import EndpointState
+from ._discovery import DiscoveryEnd, StaticDiscovery, Update
+from ._endpoint import AdminStatus
+from ._errors import (
+    AlreadyRunning,
+    ConfigError,
+    DiscoveryClosed,
+    DiscoveryError,
+    IneligibleReason,
+    NotRunning,
+)
+from ._faults import Classification, Fault
+from ._permit import Permit
+from ._snapshot import PoolSnapshot, pool_snapshot
+
+logger = logging.getLogger("poise_py")
+
+
+def _backend_clock() -> Callable[[], float]:
+    """The running backend's clock: what ``anyio.current_time()`` reads, minus the dispatch."""
+    cancelled = anyio.get_cancelled_exc_class()
+    if cancelled.__module__.startswith("trio"):
+        import trio  # noqa: PLC0415 - only when running on Trio
+
+        return trio.current_time
+    if cancelled is asyncio.CancelledError:
+        return asyncio.get_running_loop().time
+    return anyio.current_time  # pragma: no cover - another anyio backend
+
+
+class LoadBalancer:
+    """A client-side load balancer over a discovered pool of endpoints.
+
+    Use it as ``async with lb:`` (it owns a task group for discovery and timers), then
+    ``async with lb.acquire() as permit:`` around each call.
+
+    Args:
+        discovery: an async iterable of :class:`Snapshot` / :class:`Delta` updates, such
+            as :class:`StaticDiscovery`.
+        policy: the selection policy (default :class:`PowerOfTwoChoices`).
+        circuit: the passive breaker's knobs (default :class:`CircuitPolicy`).
+        classifier: exception -> :class:`Fault` (default :func:`default_classifier`).
+        on_discovery_end: what to do when the discovery stream ends or fails.
+        clock: a function returning seconds; default is the running backend's clock (what
+            ``anyio.current_time()`` returns), so Trio's ``MockClock`` drives every timer.
+        seed: seeds the balancer's rng (jitter, random picks) for reproducible runs.
+    """
+
+    def __init__(
+        self,
+        discovery: AsyncIterable[Update],
+        *,
+        policy: Policy | None = None,
+        circuit: CircuitPolicy | None = None,
+        classifier: Classifier = default_classifier,
+        on_discovery_end: DiscoveryEnd = DiscoveryEnd.LAST_KNOWN_GOOD,
+        clock: Callable[[], float] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not hasattr(discovery, "__aiter__"):
+            raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
+        policy = PowerOfTwoChoices() if policy is None else policy
+        if not callable(getattr(policy, "bind", None)):
+            raise ConfigError("policy", f"must be a selection policy, got {policy!r}")
+        circuit = CircuitPolicy() if circuit is None else circuit
+        if not isinstance(circuit, CircuitPolicy):
+            raise ConfigError("circuit", f"must be a CircuitPolicy, got {circuit!r}")
+        if not callable(classifier):
+            raise ConfigError("classifier", f"must be callable, got {classifier!r}")
+        if not isinstance(on_discovery_end, DiscoveryEnd):
+            raise ConfigError("on_discovery_end", f"must be a DiscoveryEnd, got {on_discovery_end!r}")
+        if clock is not None and not callable(clock):
+            raise ConfigError("clock", f"must be callable, got {clock!r}")
+        self._discovery = discovery
+        self._classifier = classifier
+        self._on_end = on_discovery_end
+        self._clock_arg = clock
+        self._clock: Callable[[], float] = clock or anyio.current_time
+        self._rng = random.Random(seed)  # noqa: S311 - not for security
+        self._pool = Pool(circuit, policy, self._rng, on_transition=self._on_transition)
+        self._directory = Directory()
+        self._cancelled: type[BaseException] = BaseException
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._running = False
+        self._closed = False
+        self._serving = False
+        self._timer_wakeup: anyio.Event | None = None
+        self.discovery_rejected = 0
+        """Discovery updates rejected (stale, duplicate, incoherent); the stream went on."""
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> LoadBalancer:
+        if self._running:
+            raise AlreadyRunning("this LoadBalancer is already running")
+        self._clock = self._clock_arg or _backend_clock()
+        self._cancelled = anyio.get_cancelled_exc_class()
+        self._closed = False
+        self._timer_wakeup = anyio.Event()
+        source = self._discovery
+        if isinstance(source, StaticDiscovery):
+            # Applied before the task group exists: a bad list raises with nothing to undo.
+            self._apply(source.snapshot, ignore_duplicate=True)
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        self._running = True
+        self._serving = True
+        if not isinstance(source, StaticDiscovery):
+            task_group.start_soon(self._run_discovery, source)
+        task_group.start_soon(self._run_timers)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        task_group = self._task_group
+        assert task_group is not None  # noqa: S101 - set by __aenter__
+        task_group.cancel_scope.cancel()
+        try:
+            return await task_group.__aexit__(exc_type, exc, tb)
+        finally:
+            self._running = self._serving = False
+            self._task_group = None
+
+    @property
+    def running(self) -> bool:
+        """True inside the balancer's ``async with`` block."""
+        return self._running
+
+    # -- the hot path ------------------------------------------------------------------
+
+    def acquire(self, *, key: Hashable | None = None, exclude: Collection[str] = ()) -> Permit:
+        """Reserve a permit for one call.
+
+        Selection happens here, synchronously and atomically (a half-open probe slot is
+        reserved before this returns). Use the result as an async context manager.
+
+        Args:
+            key: the request key for hashing policies.
+            exclude: endpoint ids not to choose (already tried).
+
+        Raises:
+            EmptyPool: discovery has delivered no endpoint yet.
+            NoEligibleEndpoints: endpoints exist but none may take a permit now.
+            DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
+            NotRunning: outside ``async with lb``.
+        """
+        if not self._serving:
+            if not self._running:
+                raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
+            raise DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+        state, ticket, now = self._pool.select(self._clock, key, exclude)
+        return Permit(self, state, ticket, now)
+
+    def _succeed(self, permit: Permit) -> None:
+        self._pool.succeed(permit._state, permit._ticket, self._clock, permit._started)
+
+    def _finish(self, permit: Permit, fault: Fault | None, retry_after: float | None) -> None:
+        now = self._clock()
+        self._pool.complete(
+            permit._state,
+            permit._ticket,
+            fault,
+            now,
+            latency=now - permit._started,
+            retry_after=retry_after,
+        )
+
+    def _finish_exc(self, permit: Permit, exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            _, rest = exc.split(self._cancelled)
+            leaf = _first_exception(rest) if rest is not None else None
+        else:
+            leaf = exc if isinstance(exc, Exception) and not isinstance(exc, self._cancelled) else None
+        if leaf is None:  # cancellation, KeyboardInterrupt, SystemExit, GeneratorExit
+            self._pool.cancel(permit._state, permit._ticket)
+            return
+        fault, retry_after = self._classify(leaf)
+        self._finish(permit, fault, retry_after)
+
+    def _classify(self, exc: Exception) -> tuple[Fault, float | None]:
+        try:
+            verdict: object = self._classifier(exc)
+        except Exception:
+            logger.exception("poise_py: the classifier raised; recording SUSPECT")
+            return Fault.SUSPECT, None
+        if isinstance(verdict, Fault):
+            return verdict, None
+        if isinstance(verdict, Classification):
+            return verdict.fault, verdict.retry_after
+        logger.error("poise_py: the classifier returned %r, not a Fault; recording SUSPECT", verdict)
+        return Fault.SUSPECT, None
+
+    # -- operators and views -----------------------------------------------------------
+
+    def set_status(self, endpoint_id: str, status: AdminStatus) -> None:
+        """Set an operator status for one endpoint (KeyError if unknown).
+
+        AUTO also clears a PERMANENT block or a hard-cap retirement (a fresh circuit).
+        """
+        if not isinstance(status, AdminStatus):
+            raise ConfigError("status", f"must be an AdminStatus, got {status!r}")
+        state = self._pool.set_admin(endpoint_id, status)
+        if status is AdminStatus.AUTO and state.circuit.refusal() in _OPERATOR_CLEARED:
+            self._pool.reset_circuit(state, self._clock())
+
+    def snapshot(self) -> PoolSnapshot:
+        """A frozen view of every endpoint and of the pool."""
+        now = self._clock()
+        pool = self._pool
+        if pool.orphans:
+            pool.release_orphans()
+        pool.handle_timer(now)
+        return pool_snapshot(pool, now)
+
+    # -- background --------------------------------------------------------------------
+
+    def _apply(self, update: Update, *, ignore_duplicate: bool = False) -> None:
+        pool = self._pool
+        live = {i: s.endpoint for i, s in pool.members.items()}
+        if ignore_duplicate and self._directory.revision == update.revision:
+            return
+        changes = self._directory.plan(update, live)
+        pool.apply(self._clock(), added=changes.added, removed=changes.removed, updated=changes.updated)
+        self._directory.commit(changes)
+        self._closed = False
+        self._serving = self._running
+
+    async def _run_discovery(self, source: AsyncIterable[Update]) -> None:
+        try:
+            async for update in source:
+                try:
+                    self._apply(update)
+                except DiscoveryError as exc:
+                    self.discovery_rejected += 1
+                    logger.warning("poise_py: discovery update rejected: %s", exc)
+        except Exception:
+            logger.exception("poise_py: the discovery stream failed")
+        self._discovery_ended()
+
+    def _discovery_ended(self) -> None:
+        if self._on_end is DiscoveryEnd.FAIL_CLOSED:
+            pool = self._pool
+            pool.apply(self._clock(), removed=list(pool.members))
+            self._closed = True
+            self._serving = False
+
+    async def _run_timers(self) -> None:
+        pool = self._pool
+        clock = self._clock
+        backend_clock = self._clock_arg is None
+        while True:
+            wakeup = self._timer_wakeup
+            assert wakeup is not None  # noqa: S101 - set by __aenter__
+            deadline = pool.next_deadline() if backend_clock else None
+            if deadline is None:
+                await wakeup.wait()
+            else:
+                delay = deadline - clock()
+                if delay > 0:
+                    with anyio.move_on_after(delay):
+                        await wakeup.wait()
+                pool.handle_timer(clock())
+            if wakeup.is_set():
+                self._timer_wakeup = anyio.Event()
+
+    def _on_transition(self, state: EndpointState, transition: Transition) -> None:
+        if transition.reopen_at is not None and self._timer_wakeup is not None:
+            self._timer_wakeup.set()
+        logger.debug(
+            "poise_py: endpoint %r circuit %s -> %s (%s), epoch %d",
+            state.endpoint.id,
+            transition.source.value,
+            transition.target.value,
+            transition.cause.value,
+            transition.epoch,
+        )
+
+
+def _first_exception(group: BaseException) -> Exception | None:
+    if isinstance(group, BaseExceptionGroup):
+        for inner in group.exceptions:
+            found = _first_exception(inner)
+            if found is not None:
+                return found
+        return None
+    return group if isinstance(group, Exception) else None
+
+
+_OPERATOR_CLEARED = frozenset({IneligibleReason.PERMANENT, IneligibleReason.RETIRED})

@@ -1,0 +1,447 @@
+"""One endpoint's passive circuit, as a pure state machine.
+
+Theory of operation
+-------------------
+A circuit is CLOSED (calls flow and outcomes are counted), OPEN (ejected until
+``reopen_at``), HALF_OPEN (a fixed number of probe slots), BLOCKED (a PERMANENT fault:
+no traffic and no probes until :meth:`Circuit.reset`) or RETIRED (the hard cap was hit;
+also until :meth:`Circuit.reset`). The legal moves are the table ``TRANSITIONS``; any
+other move is a bug and raises without changing anything.
+
+Every move increments ``epoch``. A caller gets a :class:`Ticket` from
+:meth:`Circuit.try_acquire` carrying the epoch it was issued in, and hands it back to
+:meth:`Circuit.record` or :meth:`Circuit.cancel`. A ticket from any other epoch is
+*stale*: it is counted and has no other effect, so a late result from before
+OPEN -> HALF_OPEN -> CLOSED can neither close, reopen nor strike the current circuit.
+Probe slots are reserved inside ``try_acquire`` (there is no await between the check
+and the reservation), so ``permitted_probes`` is a hard limit on concurrency, not a
+spacing. Cancellation releases a slot and touches no window.
+
+Nothing here reads a clock: ``now`` comes in, :meth:`Circuit.next_deadline` goes out,
+and the async shell calls :meth:`Circuit.handle_timer` when that deadline passes (or
+``try_acquire`` notices it first).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+import attrs
+
+from .._errors import IneligibleReason
+from .._faults import Fault
+from ._ejection import MAX_LEVEL
+from ._policy import CircuitPolicy
+from ._window import FAILED, SLOW, CountWindow, Window
+
+
+class CircuitState(enum.Enum):
+    """Where a circuit is."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+    BLOCKED = "blocked"
+    RETIRED = "retired"
+
+
+class Cause(enum.Enum):
+    """Why a circuit moved."""
+
+    CONSECUTIVE_FAILURES = "consecutive_failures"
+    FAILURE_RATE = "failure_rate"
+    SLOW_CALL_RATE = "slow_call_rate"
+    FATAL = "fatal"
+    RETRY_AFTER = "retry_after"
+    PERMANENT = "permanent"
+    COOLDOWN_ELAPSED = "cooldown_elapsed"
+    PROBE_SUCCEEDED = "probe_succeeded"
+    PROBE_FAILED = "probe_failed"
+    HARD_CAP = "hard_cap"
+    RESET = "reset"
+
+
+_C, _O, _H, _B, _R = (
+    CircuitState.CLOSED,
+    CircuitState.OPEN,
+    CircuitState.HALF_OPEN,
+    CircuitState.BLOCKED,
+    CircuitState.RETIRED,
+)
+
+TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
+    (_C, Cause.CONSECUTIVE_FAILURES): _O,
+    (_C, Cause.FAILURE_RATE): _O,
+    (_C, Cause.SLOW_CALL_RATE): _O,
+    (_C, Cause.FATAL): _O,
+    (_C, Cause.RETRY_AFTER): _O,
+    (_C, Cause.PERMANENT): _B,
+    (_C, Cause.HARD_CAP): _R,
+    (_O, Cause.COOLDOWN_ELAPSED): _H,
+    (_O, Cause.PERMANENT): _B,
+    (_H, Cause.PROBE_SUCCEEDED): _C,
+    (_H, Cause.PROBE_FAILED): _O,
+    (_H, Cause.RETRY_AFTER): _O,
+    (_H, Cause.PERMANENT): _B,
+    (_H, Cause.HARD_CAP): _R,
+    **{(s, Cause.RESET): _C for s in CircuitState},
+}
+"""Every legal move: (from, cause) -> to. Anything else raises ``LocalProtocolError``."""
+
+
+class LocalProtocolError(RuntimeError):
+    """An illegal circuit move was attempted; the circuit is unchanged. Always a bug."""
+
+
+@attrs.frozen
+class Ticket:
+    """What :meth:`Circuit.try_acquire` hands out: the epoch, and whether it is a probe.
+
+    Tickets are values: every ticket of one epoch and kind is the same object, so issuing
+    one allocates nothing.
+    """
+
+    epoch: int
+    probe: bool
+
+
+_TICKETS: dict[tuple[int, bool], Ticket] = {}
+
+
+def ticket(epoch: int, *, probe: bool) -> Ticket:
+    """The ticket for ``(epoch, probe)``; early epochs share one object across circuits."""
+    if epoch >= 4096:
+        return Ticket(epoch, probe)
+    found = _TICKETS.get((epoch, probe))
+    if found is None:
+        found = _TICKETS[epoch, probe] = Ticket(epoch, probe)
+    return found
+
+
+@attrs.frozen(kw_only=True)
+class Transition:
+    """A move the circuit made, for events and telemetry."""
+
+    source: CircuitState
+    target: CircuitState
+    cause: Cause
+    epoch: int
+    at: float
+    reopen_at: float | None = None
+
+
+class Circuit:
+    """The passive circuit of one endpoint. See the module docstring.
+
+    Args:
+        policy: the knobs.
+        unit: returns a float uniform in [0, 1) for jitter (a seeded rng's ``random``).
+        now: the creation time, for escalation decay.
+    """
+
+    __slots__ = (
+        "_closed_ticket",
+        "_consecutive",
+        "_probe_ticket",
+        "_unit",
+        "_untimed",
+        "_volume",
+        "_volume_cap",
+        "_window",
+        "closed_at",
+        "ejected_time",
+        "ejections",
+        "ejections_in_row",
+        "epoch",
+        "level",
+        "policy",
+        "probe_successes",
+        "probes_in_flight",
+        "reopen_at",
+        "stale_results",
+        "state",
+        "suppressed_ejections",
+    )
+
+    def __init__(self, policy: CircuitPolicy, unit: Callable[[], float], now: float) -> None:
+        self.policy = policy
+        self._unit = unit
+        # With no rate condition and a count window only the volume matters (for the
+        # minimum-volume gate): count it here instead of in a ring buffer.
+        window = policy.window
+        self._window: Window | None = (
+            None if (isinstance(window, CountWindow) and not policy.tracks_rates) else window.build()
+        )
+        self._volume = 0
+        self._volume_cap = window.size if isinstance(window, CountWindow) else 0
+        self._untimed = not policy.timed
+        self.state = CircuitState.CLOSED
+        self.epoch = 0
+        self._closed_ticket = ticket(0, probe=False)
+        self._probe_ticket = ticket(0, probe=True)
+        self.reopen_at: float | None = None
+        self.probes_in_flight = 0
+        self.probe_successes = 0
+        self._consecutive = 0
+        self.level = 0
+        self.closed_at = now
+        self.ejections_in_row = 0
+        self.ejected_time = 0.0
+        self.ejections = 0
+        self.stale_results = 0
+        self.suppressed_ejections = 0
+
+    # -- queries -----------------------------------------------------------------------
+
+    @property
+    def accepting(self) -> bool:
+        """Whether :meth:`try_acquire` would hand out a ticket without a timer firing."""
+        state = self.state
+        return state is _C or (state is _H and self.probes_in_flight < self.policy.permitted_probes)
+
+    @property
+    def ejected(self) -> bool:
+        """OPEN or HALF_OPEN: counted against ``max_ejection_percent``."""
+        return self.state is _O or self.state is _H
+
+    @property
+    def consecutive_failures(self) -> int:
+        """The current run of SUSPECT faults."""
+        return self._consecutive
+
+    def refusal(self) -> IneligibleReason | None:
+        """Why :meth:`try_acquire` would refuse now (ignoring due timers), or None."""
+        state = self.state
+        if state is _C:
+            return None
+        if state is _O:
+            return IneligibleReason.OPEN
+        if state is _H:
+            return None if self.accepting else IneligibleReason.PROBES_TAKEN
+        if state is _B:
+            return IneligibleReason.PERMANENT
+        return IneligibleReason.RETIRED
+
+    def window_counts(self, now: float) -> tuple[int, int, int]:
+        """``(volume, failures, slow)`` of the outcome window."""
+        window = self._window
+        return (self._volume, 0, 0) if window is None else window.counts(now)
+
+    def next_deadline(self) -> float | None:
+        """When the shell must call :meth:`handle_timer`, or None."""
+        return self.reopen_at if self.state is _O else None
+
+    # -- tickets -----------------------------------------------------------------------
+
+    def try_acquire(self, now: float) -> Ticket | IneligibleReason:
+        """Hand out a ticket, reserving a probe slot if half-open; or say why not."""
+        state = self.state
+        if state is _C:
+            return self._closed_ticket
+        if state is _O:
+            reopen_at = self.reopen_at
+            if reopen_at is None or now < reopen_at:
+                return IneligibleReason.OPEN
+            self._move(Cause.COOLDOWN_ELAPSED, now)
+            state = _H
+        if state is _H:
+            if self.probes_in_flight < self.policy.permitted_probes:
+                self.probes_in_flight += 1
+                return self._probe_ticket
+            return IneligibleReason.PROBES_TAKEN
+        return IneligibleReason.PERMANENT if state is _B else IneligibleReason.RETIRED
+
+    def _clear_window(self) -> None:
+        self._volume = 0
+        if self._window is not None:
+            self._window.clear()
+
+    def _add(self, flags: int, now: float) -> None:
+        # Pool.succeed inlines this for the CLOSED-success hot path; keep them in step.
+        window = self._window
+        if window is None:
+            if self._volume < self._volume_cap:
+                self._volume += 1
+        else:
+            window.add(flags, now)
+
+    def cancel(self, ticket: Ticket) -> None:
+        """Give a ticket back unused: releases a probe slot, changes no window."""
+        if ticket.probe and ticket.epoch == self.epoch:
+            self.probes_in_flight -= 1
+
+    def record(
+        self,
+        ticket: Ticket,
+        fault: Fault | None,
+        now: float,
+        *,
+        latency: float | None = None,
+        retry_after: float | None = None,
+        may_eject: bool = True,
+    ) -> Transition | None:
+        """Record a completed call's outcome (``fault`` None means success).
+
+        ``may_eject`` is the pool's max-ejection-percent verdict: when False, a trip from
+        CLOSED is suppressed (counted in ``suppressed_ejections``) and the circuit stays
+        closed. Returns the transition made, if any. A stale ticket is counted and
+        otherwise ignored.
+        """
+        if ticket.epoch != self.epoch:
+            self.stale_results += 1
+            return None
+        if ticket.probe:
+            self.probes_in_flight -= 1
+            return self._record_probe(fault, now, retry_after)
+        return self._record_closed(fault, now, latency, retry_after, may_eject=may_eject)
+
+    def handle_timer(self, now: float) -> Transition | None:
+        """Move OPEN -> HALF_OPEN once ``reopen_at`` has passed."""
+        if self.state is _O and self.reopen_at is not None and now >= self.reopen_at:
+            return self._move(Cause.COOLDOWN_ELAPSED, now)
+        return None
+
+    def block(self, now: float) -> Transition | None:
+        """Block as if a PERMANENT fault arrived (operator or tests); None if already."""
+        if self.state is _B or self.state is _R:
+            return None
+        return self._move(Cause.PERMANENT, now)
+
+    def reset(self, now: float) -> Transition:
+        """Start afresh, CLOSED at a new epoch: clears windows, escalation and blocks."""
+        self._clear_window()
+        self._consecutive = 0
+        self.level = 0
+        self.ejections_in_row = 0
+        self.ejected_time = 0.0
+        self.closed_at = now
+        return self._move(Cause.RESET, now)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _record_closed(
+        self,
+        fault: Fault | None,
+        now: float,
+        latency: float | None,
+        retry_after: float | None,
+        *,
+        may_eject: bool,
+    ) -> Transition | None:
+        policy = self.policy
+        slow_limit = policy.slow_call_duration
+        flags = SLOW if (slow_limit is not None and latency is not None and latency >= slow_limit) else 0
+        if fault is None:
+            self._consecutive = 0
+            self._add(flags, now)
+            if flags and policy.slow_call_rate is not None:
+                return self._maybe_trip(now, retry_after, may_eject=may_eject)
+            return None
+        if fault is Fault.SUSPECT:
+            self._consecutive += 1
+            self._add(flags | FAILED, now)
+            return self._maybe_trip(now, retry_after, may_eject=may_eject)
+        if fault is Fault.FATAL:
+            self._consecutive += 1
+            self._add(flags | FAILED, now)
+            if not may_eject:
+                self.suppressed_ejections += 1
+                return self._retry_after_open(now, retry_after)
+            return self._eject(Cause.FATAL, now, retry_after)
+        if fault is Fault.PERMANENT:
+            return self._move(Cause.PERMANENT, now)
+        if fault is Fault.TRANSIENT:
+            return self._retry_after_open(now, retry_after)
+        return None  # CALLER: no effect on health
+
+    def _maybe_trip(self, now: float, retry_after: float | None, *, may_eject: bool) -> Transition | None:
+        cause = self._trip_cause(now)
+        if cause is None:
+            return self._retry_after_open(now, retry_after)
+        if not may_eject:
+            self.suppressed_ejections += 1
+            return self._retry_after_open(now, retry_after)
+        return self._eject(cause, now, retry_after)
+
+    def _trip_cause(self, now: float) -> Cause | None:
+        policy = self.policy
+        volume, failures, slow = self.window_counts(now)
+        if volume < policy.minimum_volume:
+            return None
+        n = policy.consecutive_failures
+        if n is not None and self._consecutive >= n:
+            return Cause.CONSECUTIVE_FAILURES
+        rate = policy.failure_rate
+        if rate is not None and failures >= rate * volume:
+            return Cause.FAILURE_RATE
+        rate = policy.slow_call_rate
+        if rate is not None and slow >= rate * volume:
+            return Cause.SLOW_CALL_RATE
+        return None
+
+    def _retry_after_open(self, now: float, retry_after: float | None) -> Transition | None:
+        """Honour a server's Retry-After: open that long, without escalating."""
+        if not retry_after:
+            return None
+        wait = min(retry_after, self.policy.max_retry_after)
+        return self._move(Cause.RETRY_AFTER, now, reopen_at=now + wait)
+
+    def _eject(self, cause: Cause, now: float, retry_after: float | None) -> Transition:
+        """Open with escalation (from CLOSED or after a failed probe), or retire."""
+        policy = self.policy
+        escalation = policy.escalation
+        if self.state is _C:
+            self.level = escalation.decayed(self.level, now - self.closed_at)
+        wait = escalation.jittered(self.level, self._unit())
+        if retry_after:
+            wait = max(wait, min(retry_after, policy.max_retry_after))
+        self.level = min(self.level + 1, MAX_LEVEL)
+        self.ejections += 1
+        self.ejections_in_row += 1
+        self.ejected_time += wait
+        cap = policy.hard_cap
+        if cap is not None and (
+            (cap.max_ejections is not None and self.ejections_in_row > cap.max_ejections)
+            or (cap.max_ejected_time is not None and self.ejected_time > cap.max_ejected_time)
+        ):
+            return self._move(Cause.HARD_CAP, now)
+        return self._move(cause, now, reopen_at=now + wait)
+
+    def _record_probe(self, fault: Fault | None, now: float, retry_after: float | None) -> Transition | None:
+        if fault is None:
+            self.probe_successes += 1
+            if self.probe_successes < self.policy.success_threshold:
+                return None
+            if self.policy.escalation.reset_on_success:
+                self.level = 0
+            self.ejections_in_row = 0
+            self.ejected_time = 0.0
+            self.closed_at = now
+            self._consecutive = 0
+            self._clear_window()
+            return self._move(Cause.PROBE_SUCCEEDED, now)
+        if fault is Fault.SUSPECT or fault is Fault.FATAL:
+            return self._eject(Cause.PROBE_FAILED, now, retry_after)
+        if fault is Fault.PERMANENT:
+            return self._move(Cause.PERMANENT, now)
+        if fault is Fault.TRANSIENT:
+            return self._retry_after_open(now, retry_after)
+        return None  # CALLER
+
+    def _move(self, cause: Cause, now: float, *, reopen_at: float | None = None) -> Transition:
+        source = self.state
+        target = TRANSITIONS.get((source, cause))
+        if target is None:
+            raise LocalProtocolError(f"illegal circuit move {source.value} --{cause.value}-->")
+        epoch = self.epoch + 1
+        self.epoch = epoch
+        self.state = target
+        self._closed_ticket = ticket(epoch, probe=False)
+        self._probe_ticket = ticket(epoch, probe=True)
+        self.probes_in_flight = 0
+        self.probe_successes = 0
+        self.reopen_at = reopen_at if target is _O else None
+        return Transition(
+            source=source, target=target, cause=cause, epoch=epoch, at=now, reopen_at=self.reopen_at
+        )

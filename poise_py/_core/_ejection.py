@@ -1,0 +1,128 @@
+"""How long an ejection lasts: escalation, clamping, jitter and the hard cap.
+
+The open window for the ``n``-th consecutive ejection (``n`` from 0) is
+``base * f(n)``, where ``f`` is ``n + 1`` (linear, Envoy's outlier detection) or
+``multiplier ** n`` (exponential, seed 001's doubling), capped at ``maximum``. The
+arithmetic is done in log space for the exponential form and bounded for the linear
+form, so no configuration and no count (up to and past ``2**64``) can overflow or wedge
+a circuit open: the answer is always a finite number in ``[base, maximum]`` before
+jitter, and jitter never takes it past ``maximum``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+import attrs
+
+from .._endpoint import check_duration
+from .._errors import ConfigError
+
+MAX_LEVEL = 2**64
+"""Escalation levels saturate here; any larger count gives the same (capped) answer."""
+
+
+class Backoff(enum.Enum):
+    """The shape of escalation."""
+
+    LINEAR = "linear"
+    """``base * (n + 1)``: Envoy's ``base_ejection_time * num_ejections``."""
+    EXPONENTIAL = "exponential"
+    """``base * multiplier ** n``: 60 s, 120 s, 240 s... as in seed 001."""
+
+
+@attrs.frozen(kw_only=True)
+class Escalation:
+    """Open-window escalation knobs.
+
+    Attributes:
+        base: the first open window, seconds.
+        maximum: no open window is longer (jitter included).
+        backoff: LINEAR or EXPONENTIAL.
+        multiplier: the exponential base (> 1); ignored for LINEAR.
+        jitter: a fraction in [0, 1): each window is scaled by a uniform factor in
+            ``[1 - jitter, 1 + jitter]`` so instances do not re-herd in lock-step.
+        reset_on_success: a successful half-open probe resets escalation to level 0.
+        decay_interval: while the circuit stays closed, escalation drops one level per
+            interval (Envoy's behaviour); ``None`` means ``base``.
+    """
+
+    base: float = 30.0
+    maximum: float = 300.0
+    backoff: Backoff = Backoff.EXPONENTIAL
+    multiplier: float = 2.0
+    jitter: float = 0.1
+    reset_on_success: bool = True
+    decay_interval: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        check_duration("Escalation.base", self.base)
+        check_duration("Escalation.maximum", self.maximum)
+        if self.maximum < self.base:
+            raise ConfigError("Escalation.maximum", f"must be >= base ({self.base}), got {self.maximum}")
+        if not isinstance(self.backoff, Backoff):
+            raise ConfigError("Escalation.backoff", f"must be a Backoff, got {self.backoff!r}")
+        m = self.multiplier
+        if isinstance(m, bool) or not isinstance(m, int | float) or not (1.0 < m < math.inf):
+            raise ConfigError("Escalation.multiplier", f"must be a finite number > 1, got {m!r}")
+        j = self.jitter
+        if isinstance(j, bool) or not isinstance(j, int | float) or not (0.0 <= j < 1.0):
+            raise ConfigError("Escalation.jitter", f"must be in [0, 1), got {j!r}")
+        if self.decay_interval is not None:
+            check_duration("Escalation.decay_interval", self.decay_interval)
+
+    def window(self, level: int) -> float:
+        """Return the un-jittered open window for escalation ``level`` (0 = first)."""
+        n = min(max(level, 0), MAX_LEVEL)
+        base = float(self.base)
+        cap = float(self.maximum)
+        if n == 0:
+            return base
+        if self.backoff is Backoff.LINEAR:
+            # Compare before multiplying so a huge count never builds a huge float.
+            return cap if n + 1 >= cap / base else min(base * (n + 1), cap)
+        log_window = math.log(base) + n * math.log(self.multiplier)
+        return cap if log_window >= math.log(cap) else min(math.exp(log_window), cap)
+
+    def jittered(self, level: int, unit: float) -> float:
+        """Return the open window for ``level`` with jitter; ``unit`` is uniform in [0, 1)."""
+        w = self.window(level)
+        if self.jitter:
+            w *= 1.0 + self.jitter * (2.0 * unit - 1.0)
+        return min(w, float(self.maximum))
+
+    def decayed(self, level: int, closed_for: float) -> int:
+        """Return ``level`` after the circuit stayed closed for ``closed_for`` seconds."""
+        if level <= 0 or closed_for <= 0:
+            return max(level, 0)
+        interval = float(self.decay_interval if self.decay_interval is not None else self.base)
+        steps = closed_for / interval
+        return 0 if steps >= level else level - int(steps)
+
+
+@attrs.frozen(kw_only=True)
+class HardCap:
+    """Remove an endpoint for good (until discovery re-emits it) past these limits.
+
+    Attributes:
+        max_ejections: ejections in a row without a successful recovery; ``None``: no cap.
+        max_ejected_time: cumulative seconds ejected without a recovery; ``None``: no cap.
+    """
+
+    max_ejections: int | None = None
+    max_ejected_time: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        n = self.max_ejections
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError("HardCap.max_ejections", f"must be an int >= 1 or None, got {n!r}")
+        if self.max_ejected_time is not None:
+            check_duration("HardCap.max_ejected_time", self.max_ejected_time)
+        if n is None and self.max_ejected_time is None:
+            raise ConfigError("HardCap", "set max_ejections, max_ejected_time or both")
+
+
+def ejection_allowance(pool_size: int, max_percent: float) -> int:
+    """How many endpoints of a pool may be ejected at once; always at least one."""
+    return max(1, math.floor(pool_size * max_percent / 100.0 + 1e-9))

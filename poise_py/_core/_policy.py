@@ -1,0 +1,109 @@
+"""The passive breaker's knobs, validated once at construction."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from .._endpoint import check_duration
+from .._errors import ConfigError
+from ._ejection import Escalation, HardCap
+from ._window import CountWindow, TimeWindow
+
+
+def _check_rate(knob: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ConfigError(knob, f"must be a fraction in (0, 1] or None, got {value!r}")
+    if not 0.0 < value <= 1.0:
+        raise ConfigError(knob, f"must be a fraction in (0, 1] or None, got {value!r}")
+
+
+def _check_count(knob: str, value: int | None, *, minimum: int = 1, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(knob, f"must be an int >= {minimum}{' or None' if optional else ''}, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class CircuitPolicy:
+    """Passive health: when an endpoint's circuit opens, for how long, and how it recovers.
+
+    Defaults are chosen so that one ambiguous error never costs a live endpoint and a dead
+    one stops receiving traffic within a handful of calls; ``docs/circuit.md`` gives the
+    reason for each.
+
+    Attributes:
+        consecutive_failures: trip after this many SUSPECT faults in a row (a success
+            resets the run); ``None`` disables the condition.
+        failure_rate: trip when failures / volume over the window reaches this fraction;
+            ``None`` (default) disables it.
+        slow_call_rate: trip when slow calls / volume reaches this fraction; needs
+            ``slow_call_duration``.
+        slow_call_duration: a call that takes at least this long counts as slow.
+        minimum_volume: no rate or consecutive trip until the window holds this many
+            outcomes: the cold-start gate. FATAL faults are not gated.
+        window: the outcome window, :class:`CountWindow` or :class:`TimeWindow`.
+        permitted_probes: half-open probe slots, reserved atomically at selection.
+        success_threshold: successful probes that close a half-open circuit.
+        escalation: the open window and how it grows (:class:`Escalation`).
+        max_ejection_percent: at most this share of the pool is ejected at once (always at
+            least one endpoint may be); a trip past it is suppressed and counted.
+        max_retry_after: a server's ``retry_after`` is honoured up to this many seconds.
+        hard_cap: optional :class:`HardCap` retiring an endpoint until rediscovered.
+    """
+
+    consecutive_failures: int | None = 5
+    failure_rate: float | None = None
+    slow_call_rate: float | None = None
+    slow_call_duration: float | None = None
+    minimum_volume: int = 5
+    window: CountWindow | TimeWindow = attrs.field(factory=CountWindow)
+    permitted_probes: int = 1
+    success_threshold: int = 1
+    escalation: Escalation = attrs.field(factory=Escalation)
+    max_ejection_percent: float = 50.0
+    max_retry_after: float = 600.0
+    hard_cap: HardCap | None = None
+
+    @property
+    def tracks_rates(self) -> bool:
+        """Whether a rate condition needs per-outcome failure and slow counts."""
+        return self.failure_rate is not None or self.slow_call_rate is not None
+
+    @property
+    def timed(self) -> bool:
+        """Whether recording an outcome needs the clock (latency or a time window)."""
+        return self.slow_call_duration is not None or isinstance(self.window, TimeWindow)
+
+    def __attrs_post_init__(self) -> None:
+        _check_count("CircuitPolicy.consecutive_failures", self.consecutive_failures, optional=True)
+        _check_rate("CircuitPolicy.failure_rate", self.failure_rate)
+        _check_rate("CircuitPolicy.slow_call_rate", self.slow_call_rate)
+        if self.slow_call_duration is not None:
+            check_duration("CircuitPolicy.slow_call_duration", self.slow_call_duration)
+        if self.slow_call_rate is not None and self.slow_call_duration is None:
+            raise ConfigError("CircuitPolicy.slow_call_duration", "is required when slow_call_rate is set")
+        _check_count("CircuitPolicy.minimum_volume", self.minimum_volume)
+        if not isinstance(self.window, CountWindow | TimeWindow):
+            raise ConfigError(
+                "CircuitPolicy.window", f"must be a CountWindow or TimeWindow, got {self.window!r}"
+            )
+        _check_count("CircuitPolicy.permitted_probes", self.permitted_probes)
+        _check_count("CircuitPolicy.success_threshold", self.success_threshold)
+        if not isinstance(self.escalation, Escalation):
+            raise ConfigError("CircuitPolicy.escalation", f"must be an Escalation, got {self.escalation!r}")
+        p = self.max_ejection_percent
+        if isinstance(p, bool) or not isinstance(p, int | float) or math.isnan(p) or not 0 <= p <= 100:
+            raise ConfigError("CircuitPolicy.max_ejection_percent", f"must be in [0, 100], got {p!r}")
+        check_duration("CircuitPolicy.max_retry_after", self.max_retry_after)
+        if self.hard_cap is not None and not isinstance(self.hard_cap, HardCap):
+            raise ConfigError("CircuitPolicy.hard_cap", f"must be a HardCap or None, got {self.hard_cap!r}")
+        if self.consecutive_failures is None and self.failure_rate is None and self.slow_call_rate is None:
+            raise ConfigError(
+                "CircuitPolicy",
+                "set at least one trip condition (consecutive_failures, failure_rate, slow_call_rate)",
+            )

@@ -1,0 +1,370 @@
+"""The pool: membership, eligibility and the ejection guard, as pure bookkeeping.
+
+The pool keeps a list of the endpoints that may take a permit right now (CLOSED, or
+HALF_OPEN with a free probe slot, and allowed by the operator). It is updated in O(1)
+whenever a circuit moves or a probe slot is taken or released, so a pick never scans
+the pool. OPEN circuits wait in a heap of deadlines; :meth:`Pool.handle_timer` (called
+by the shell's timer, and lazily by :meth:`Pool.select`) moves the due ones to
+HALF_OPEN. Ineligibility reasons are counted only when a selection fails.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Collection, Hashable, Iterable
+from typing import TypeAlias
+
+from .._decision import Decision, DecisionMode
+from .._endpoint import AdminStatus, Endpoint
+from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints
+from .._faults import Fault
+from ._circuit import Circuit, CircuitState, Ticket, Transition
+from ._ejection import ejection_allowance
+from ._policies import Picker, Policy
+from ._policy import CircuitPolicy
+from ._state import FAULT_INDEX, SATURATED, EndpointState, sat_add
+
+TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
+
+_ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
+    AdminStatus.AUTO: None,
+    AdminStatus.FORCED_HEALTHY: None,
+    AdminStatus.DRAINING: IneligibleReason.DRAINING,
+    AdminStatus.DISABLED: IneligibleReason.DISABLED,
+    AdminStatus.FORCED_UNHEALTHY: IneligibleReason.UNHEALTHY,
+}
+_OPEN = CircuitState.OPEN
+_CLOSED = CircuitState.CLOSED
+
+
+def _ignore(state: EndpointState, transition: Transition) -> None:
+    return None
+
+
+class Pool:
+    """Live endpoints and their circuits. Pure: every method takes ``now``.
+
+    Args:
+        circuit: the circuit knobs every endpoint gets.
+        policy: the selection policy.
+        rng: the seeded source of every random choice (jitter, picks).
+        on_transition: called for every circuit move (events, logs).
+    """
+
+    def __init__(
+        self,
+        circuit: CircuitPolicy,
+        policy: Policy,
+        rng: random.Random,
+        *,
+        on_transition: TransitionHook = _ignore,
+    ) -> None:
+        self.circuit_policy = circuit
+        self._rng = rng
+        self._unit = rng.random
+        self._picker: Picker = policy.bind(rng)
+        self._pick = self._picker.pick
+        self.timed = circuit.timed or bool(getattr(policy, "measures_latency", False))
+        """Whether selections and outcomes need the clock on the hot path."""
+        self.members: dict[str, EndpointState] = {}
+        self._available: list[EndpointState] = []
+        self._loads: list[int] = []
+        """``inflight`` of ``_available[i]``: a compact copy, so load-aware picks stay in cache."""
+        self._deadlines: list[tuple[float, int, EndpointState, int]] = []
+        self._seq = 0
+        self._ejected = 0
+        self._allowance = 1
+        self._decisions: dict[int, Decision] = {}
+        self.on_transition = on_transition
+        self.orphans: list[tuple[EndpointState, Ticket]] = []
+        """Permits garbage-collected unreported; released at the next pool operation."""
+        self.suppressed_ejections = 0
+
+    # -- membership --------------------------------------------------------------------
+
+    def apply(
+        self,
+        now: float,
+        *,
+        added: Iterable[Endpoint] = (),
+        removed: Iterable[str] = (),
+        updated: Iterable[Endpoint] = (),
+    ) -> None:
+        """Apply a validated membership change in O(changes).
+
+        ``removed`` ids leave (their in-flight permits finish and their results are
+        ignored); ``updated`` endpoints keep their state with new attributes; ``added``
+        start fresh. The caller (the directory) has already checked the change is coherent.
+        """
+        for endpoint_id in removed:
+            state = self.members.pop(endpoint_id)
+            state.live = False
+            self._set_available(state, available=False)
+            if state.was_ejected:
+                self._ejected -= 1
+                state.was_ejected = False
+        for endpoint in updated:
+            state = self.members[endpoint.id]
+            state.endpoint = endpoint
+            state.decision = self._decision(endpoint.tier)
+        for endpoint in added:
+            state = EndpointState(endpoint, Circuit(self.circuit_policy, self._unit, now))
+            state.decision = self._decision(endpoint.tier)
+            self.members[endpoint.id] = state
+            self._set_available(state, available=True)
+        self._allowance = ejection_allowance(len(self.members), self.circuit_policy.max_ejection_percent)
+
+    def replace(self, endpoints: Iterable[Endpoint], now: float) -> None:
+        """Make the pool exactly ``endpoints``; survivors keep their state."""
+        incoming = {e.id: e for e in endpoints}
+        members = self.members
+        removed = [i for i in members if i not in incoming]
+        updated = [e for i, e in incoming.items() if i in members and members[i].endpoint != e]
+        added = [e for i, e in incoming.items() if i not in members]
+        self.apply(now, added=added, removed=removed, updated=updated)
+
+    # -- selection ---------------------------------------------------------------------
+
+    def select(
+        self, clock: Callable[[], float], key: Hashable | None = None, exclude: Collection[str] = ()
+    ) -> tuple[EndpointState, Ticket, float]:
+        """Choose an endpoint and reserve its ticket, or raise a :class:`SelectionError`.
+
+        ``clock`` is read only when something needs the time (a circuit due to leave
+        OPEN, or a policy that measures latency); the reading is returned (0.0 if none).
+        """
+        if self.orphans:
+            self.release_orphans()
+        deadlines = self._deadlines
+        now = clock() if (self.timed or deadlines) else 0.0
+        if deadlines and deadlines[0][0] <= now:
+            self.handle_timer(now)
+        available = self._available
+        if not available:
+            raise self._no_eligible(exclude)
+        state = self._pick(available, self._loads, key)
+        if exclude and state.endpoint.id in exclude:
+            state = self._pick_excluding(key, exclude)
+        circuit = state.circuit
+        if circuit.state is _CLOSED:
+            ticket = circuit._closed_ticket  # the hot path; see Circuit.try_acquire
+        else:
+            got = circuit.try_acquire(now)
+            if type(got) is not Ticket:  # available implies accepting; a bug otherwise
+                raise AssertionError(f"{state!r} was available but refused: {got}")
+            ticket = got
+            if ticket.probe:
+                state.probes = sat_add(state.probes)
+                if not circuit.accepting:
+                    self._set_available(state, available=False)
+        n = state.inflight = state.inflight + 1
+        if state.pos >= 0:
+            self._loads[state.pos] = n
+        return state, ticket, now
+
+    def _decision(self, tier: int) -> Decision:
+        decision = self._decisions.get(tier)
+        if decision is None:
+            decision = self._decisions[tier] = Decision(DecisionMode.HEALTHY, tier)
+        return decision
+
+    def _pick_excluding(self, key: Hashable | None, exclude: Collection[str]) -> EndpointState:
+        pick = self._pick
+        available = self._available
+        for _ in range(2 * len(exclude) + 2):
+            state = pick(available, self._loads, key)
+            if state.endpoint.id not in exclude:
+                return state
+        candidates = [s for s in available if s.endpoint.id not in exclude]
+        if not candidates:
+            raise self._no_eligible(exclude)
+        return pick(candidates, [s.inflight for s in candidates], key)
+
+    def _no_eligible(self, exclude: Collection[str]) -> EmptyPool | NoEligibleEndpoints:
+        if not self.members:
+            return EmptyPool("discovery has not delivered any endpoint yet")
+        reasons = dict.fromkeys(IneligibleReason, 0)
+        for state in self.members.values():
+            reason = self.refusal(state)
+            if reason is None and state.endpoint.id in exclude:
+                reason = IneligibleReason.EXCLUDED
+            if reason is not None:
+                reasons[reason] += 1
+        return NoEligibleEndpoints(reasons, len(self.members))
+
+    def refusal(self, state: EndpointState) -> IneligibleReason | None:
+        """Why ``state`` may not take a permit now, or None if it may."""
+        return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal()
+
+    # -- completion --------------------------------------------------------------------
+
+    def succeed(
+        self, state: EndpointState, ticket: Ticket, clock: Callable[[], float], started: float
+    ) -> None:
+        """Record a successful call; reads ``clock`` only if the outcome needs the time."""
+        n = state.inflight = state.inflight - 1
+        if state.pos >= 0:
+            self._loads[state.pos] = n
+        n = state.successes
+        state.successes = n + 1 if n < SATURATED else n
+        circuit = state.circuit
+        # Circuit.fast_success, inlined: this is the hot path of every call.
+        if ticket is circuit._closed_ticket and circuit._untimed and state.live:
+            circuit._consecutive = 0
+            window = circuit._window
+            if window is None:
+                if circuit._volume < circuit._volume_cap:
+                    circuit._volume += 1
+            else:
+                window.add(0, 0.0)
+            return
+        now = clock()
+        self._record(state, ticket, None, now, latency=now - started, retry_after=None)
+
+    def complete(
+        self,
+        state: EndpointState,
+        ticket: Ticket,
+        fault: Fault | None,
+        now: float,
+        *,
+        latency: float | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        """Record a finished call. A returned error is completed work, like a success."""
+        n = state.inflight = state.inflight - 1
+        if state.pos >= 0:
+            self._loads[state.pos] = n
+        if fault is None:
+            state.successes = sat_add(state.successes)
+        else:
+            i = FAULT_INDEX[fault]
+            state.faults[i] = sat_add(state.faults[i])
+        self._record(state, ticket, fault, now, latency=latency, retry_after=retry_after)
+
+    def _record(
+        self,
+        state: EndpointState,
+        ticket: Ticket,
+        fault: Fault | None,
+        now: float,
+        *,
+        latency: float | None,
+        retry_after: float | None,
+    ) -> None:
+        if self.orphans:
+            self.release_orphans()
+        circuit = state.circuit
+        if not state.live or ticket.epoch != circuit.epoch:
+            state.stale = sat_add(state.stale)
+            if not state.live:
+                return
+        before = circuit.suppressed_ejections
+        transition = circuit.record(
+            ticket,
+            fault,
+            now,
+            latency=latency,
+            retry_after=retry_after,
+            may_eject=self._ejected < self._allowance,
+        )
+        if circuit.suppressed_ejections != before:
+            self.suppressed_ejections = sat_add(self.suppressed_ejections)
+        if transition is not None:
+            self._moved(state, transition)
+        elif ticket.probe:
+            self._sync(state)
+
+    def cancel(self, state: EndpointState, ticket: Ticket) -> None:
+        """Release a permit that ended without an outcome. No window changes."""
+        n = state.inflight = state.inflight - 1
+        if state.pos >= 0:
+            self._loads[state.pos] = n
+        state.cancellations = sat_add(state.cancellations)
+        if state.live:
+            state.circuit.cancel(ticket)
+            if ticket.probe:
+                self._sync(state)
+
+    def release_orphans(self) -> None:
+        """Cancel the permits that were garbage-collected without a report."""
+        orphans, self.orphans = self.orphans, []
+        for state, ticket in orphans:
+            self.cancel(state, ticket)
+
+    # -- timers and operators ----------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """The earliest time :meth:`handle_timer` has work, or None."""
+        deadlines = self._deadlines
+        while deadlines:
+            _, _, state, epoch = deadlines[0]
+            if state.live and state.circuit.epoch == epoch:
+                return deadlines[0][0]
+            heapq.heappop(deadlines)
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        """Move every circuit whose open window has ended to HALF_OPEN."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, _, state, epoch = heapq.heappop(deadlines)
+            if state.live and state.circuit.epoch == epoch:
+                transition = state.circuit.handle_timer(now)
+                if transition is not None:
+                    self._moved(state, transition)
+
+    def set_admin(self, endpoint_id: str, status: AdminStatus) -> EndpointState:
+        """Set an operator status; raises KeyError for an unknown id."""
+        state = self.members[endpoint_id]
+        state.admin = status
+        self._sync(state)
+        return state
+
+    def reset_circuit(self, state: EndpointState, now: float) -> None:
+        """Reset one circuit to a fresh CLOSED epoch (operator action, rediscovery)."""
+        self._moved(state, state.circuit.reset(now))
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _moved(self, state: EndpointState, transition: Transition) -> None:
+        if transition.target is _OPEN and transition.reopen_at is not None:
+            self._seq += 1
+            heapq.heappush(self._deadlines, (transition.reopen_at, self._seq, state, transition.epoch))
+        self._sync(state)
+        self.on_transition(state, transition)
+
+    def _sync(self, state: EndpointState) -> None:
+        circuit = state.circuit
+        ejected = circuit.ejected
+        if ejected != state.was_ejected:
+            state.was_ejected = ejected
+            self._ejected += 1 if ejected else -1
+        available = circuit.accepting and _ADMIN_REFUSAL[state.admin] is None
+        self._set_available(state, available=available)
+
+    def _set_available(self, state: EndpointState, *, available: bool) -> None:
+        pos = state.pos
+        if available and pos < 0:
+            state.pos = len(self._available)
+            self._available.append(state)
+            self._loads.append(state.inflight)
+        elif not available and pos >= 0:
+            last = self._available.pop()
+            last_load = self._loads.pop()
+            if last is not state:
+                self._available[pos] = last
+                self._loads[pos] = last_load
+                last.pos = pos
+            state.pos = -1
+
+    @property
+    def available_count(self) -> int:
+        """How many endpoints may take a permit now."""
+        return len(self._available)
+
+    @property
+    def ejected_count(self) -> int:
+        """How many circuits are OPEN or HALF_OPEN."""
+        return self._ejected

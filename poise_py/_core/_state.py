@@ -1,0 +1,75 @@
+"""Per-endpoint mutable state held by the pool (private)."""
+
+from __future__ import annotations
+
+from .._decision import Decision, DecisionMode
+from .._endpoint import AdminStatus, Endpoint
+from .._faults import Fault
+from ._circuit import Circuit
+
+SATURATED = 2**64 - 1
+"""Observation counters stop here instead of wrapping: lost precision, never a wrap."""
+
+_NO_DECISION = Decision(DecisionMode.HEALTHY, 0)
+
+FAULT_INDEX: dict[Fault, int] = {f: i for i, f in enumerate(Fault)}
+
+
+def sat_add(value: int, n: int = 1) -> int:
+    """Add ``n`` to a counter, saturating at ``2**64 - 1``."""
+    total = value + n
+    return total if total < SATURATED else SATURATED
+
+
+class EndpointState:
+    """Everything the pool knows about one live endpoint.
+
+    Identity is the object: a state that leaves the pool is marked not ``live`` and never
+    reused, so a late result for it can never touch a re-added endpoint of the same id.
+    """
+
+    __slots__ = (
+        "admin",
+        "cancellations",
+        "circuit",
+        "decision",
+        "endpoint",
+        "ewma",
+        "faults",
+        "inflight",
+        "live",
+        "pos",
+        "probes",
+        "stale",
+        "successes",
+        "was_ejected",
+    )
+
+    def __init__(self, endpoint: Endpoint, circuit: Circuit) -> None:
+        self.endpoint = endpoint
+        self.circuit = circuit
+        self.admin = AdminStatus.AUTO
+        self.inflight = 0
+        self.pos = -1
+        self.live = True
+        self.was_ejected = False
+        self.ewma = 0.0
+        self.decision: Decision = _NO_DECISION
+        self.successes = 0
+        self.faults = [0] * len(FAULT_INDEX)
+        self.cancellations = 0
+        self.probes = 0
+        self.stale = 0
+
+    @property
+    def id(self) -> str:
+        """The endpoint's stable id."""
+        return self.endpoint.id
+
+    @property
+    def weight(self) -> int:
+        """The endpoint's weight."""
+        return self.endpoint.weight
+
+    def __repr__(self) -> str:
+        return f"<EndpointState {self.endpoint.id!r} {self.circuit.state.value} inflight={self.inflight}>"

@@ -1,0 +1,70 @@
+"""Discovery updates and sources."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Iterable
+
+import anyio
+import attrs
+
+from ._endpoint import Endpoint
+from ._errors import ConfigError
+
+
+class DiscoveryEnd(enum.Enum):
+    """What the balancer does when its discovery stream ends or fails."""
+
+    LAST_KNOWN_GOOD = "last_known_good"
+    """Keep serving the last applied pool."""
+    FAIL_CLOSED = "fail_closed"
+    """Empty the pool; ``acquire`` raises ``DiscoveryClosed``."""
+
+
+def _endpoint_tuple(value: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
+    items = tuple(value)
+    for e in items:
+        if not isinstance(e, Endpoint):
+            raise ConfigError("endpoints", f"must hold Endpoint values, got {e!r}")
+    return items
+
+
+def _id_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigError("removed", "must be an iterable of endpoint ids, not one string")
+    return tuple(value)
+
+
+@attrs.frozen
+class Snapshot:
+    """The whole pool as of ``revision``."""
+
+    revision: int
+    endpoints: tuple[Endpoint, ...] = attrs.field(converter=_endpoint_tuple)
+
+
+@attrs.frozen(kw_only=True)
+class Delta:
+    """A change to the pool as of ``revision``: ids added, removed and updated."""
+
+    revision: int = attrs.field(kw_only=False)
+    added: tuple[Endpoint, ...] = attrs.field(default=(), converter=_endpoint_tuple)
+    removed: tuple[str, ...] = attrs.field(default=(), converter=_id_tuple)
+    updated: tuple[Endpoint, ...] = attrs.field(default=(), converter=_endpoint_tuple)
+
+
+Update = Snapshot | Delta
+
+
+class StaticDiscovery:
+    """A fixed list of endpoints: one snapshot, applied as the balancer starts, never ending."""
+
+    def __init__(self, endpoints: Iterable[Endpoint]) -> None:
+        self.snapshot = Snapshot(1, tuple(endpoints))
+
+    def __aiter__(self) -> AsyncIterator[Update]:
+        return self._stream()
+
+    async def _stream(self) -> AsyncIterator[Update]:
+        yield self.snapshot
+        await anyio.sleep_forever()

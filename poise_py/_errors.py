@@ -1,0 +1,144 @@
+"""The typed error family.
+
+Every error poise_py raises is a :class:`PoiseError`. Callers match on the type, never on
+the message (error-handling rule 1): each class says who raises it and when.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+
+
+class IneligibleReason(enum.Enum):
+    """Why an endpoint could not be selected; the keys of :attr:`NoEligibleEndpoints.reasons`."""
+
+    OPEN = "open"
+    """Its circuit is open (ejected) and its cool-down has not ended."""
+    PROBES_TAKEN = "probes_taken"
+    """Its circuit is half-open and every probe slot is reserved."""
+    PERMANENT = "permanent"
+    """A PERMANENT fault blocked it until discovery or an operator changes it."""
+    RETIRED = "retired"
+    """It hit the hard cap on ejections and waits for discovery to re-emit it."""
+    UNHEALTHY = "unhealthy"
+    """Active health checks, or an operator, classify it unhealthy."""
+    DRAINING = "draining"
+    """An operator set it DRAINING: in-flight permits finish, no new ones."""
+    DISABLED = "disabled"
+    """An operator set it DISABLED."""
+    QUARANTINED = "quarantined"
+    """Its readiness check failed and it is cooling down."""
+    EXCLUDED = "excluded"
+    """The caller excluded it (``acquire(exclude=...)``), usually as already tried."""
+    SCOPE = "scope"
+    """Routing kept it out of the selected scope (another tier or zone)."""
+
+
+class PoiseError(Exception):
+    """Base class of every error poise_py raises."""
+
+
+class SelectionError(PoiseError):
+    """Raised by ``LoadBalancer.acquire`` when no permit can be issued."""
+
+
+class EmptyPool(SelectionError):  # noqa: N818 - the contract's name
+    """Raised by ``acquire`` when discovery has not delivered any endpoint yet.
+
+    Expected at start-up; distinct from :class:`NoEligibleEndpoints`.
+    """
+
+
+class NoEligibleEndpoints(SelectionError):  # noqa: N818 - the contract's name
+    """Raised by ``acquire`` when endpoints exist but none may take a permit now.
+
+    Attributes:
+        reasons: how many endpoints were ineligible for each :class:`IneligibleReason`.
+        total: how many endpoints the pool holds.
+    """
+
+    def __init__(self, reasons: Mapping[IneligibleReason, int], total: int) -> None:
+        self.reasons: Mapping[IneligibleReason, int] = MappingProxyType(dict(reasons))
+        self.total = total
+        parts = ", ".join(f"{r.value}={n}" for r, n in self.reasons.items() if n)
+        super().__init__(f"none of {total} endpoints is eligible ({parts or 'no reason'})")
+
+
+class DiscoveryClosed(SelectionError):  # noqa: N818 - the contract's name
+    """Raised by ``acquire`` after the discovery stream ended under ``DiscoveryEnd.FAIL_CLOSED``."""
+
+
+class PermitError(PoiseError):
+    """Raised on misuse of a :class:`Permit`: reporting twice, or an invalid report."""
+
+
+class ConfigError(PoiseError, ValueError):
+    """Raised at construction when a knob is invalid; the message names the knob.
+
+    Attributes:
+        knob: the name of the offending knob.
+    """
+
+    def __init__(self, knob: str, problem: str) -> None:
+        self.knob = knob
+        super().__init__(f"{knob}: {problem}")
+
+
+class CapacityOverflow(PoiseError):  # noqa: N818 - the contract's name
+    """Raised when bounded-load or weight arithmetic cannot hold without overflowing."""
+
+
+class NotRunning(PoiseError):  # noqa: N818 - reads as a state
+    """Raised by ``acquire`` and friends on a balancer outside its ``async with`` block."""
+
+
+class AlreadyRunning(PoiseError):  # noqa: N818 - reads as a state
+    """Raised by ``async with lb`` when the balancer is already running (it is not re-entrant)."""
+
+
+class DiscoveryError(PoiseError):
+    """Base of the errors that reject a discovery update; the live pool is left as it was."""
+
+
+class StaleRevision(DiscoveryError):  # noqa: N818 - the contract's name
+    """An update's revision is older than the live one."""
+
+
+class DuplicateRevision(DiscoveryError):  # noqa: N818 - the contract's name
+    """An update repeats the live revision."""
+
+
+class DuplicateIdentity(DiscoveryError):  # noqa: N818 - the contract's name
+    """An update names one endpoint id twice, or a Delta adds an id that is already live."""
+
+
+class RevisionOverflow(DiscoveryError):  # noqa: N818 - the contract's name
+    """An update's revision is past the maximum revision; nothing was applied."""
+
+
+class UnknownIdentity(DiscoveryError):  # noqa: N818 - reads as a state
+    """A Delta updates an id that is not live; the whole batch is rejected."""
+
+
+class EndpointFactoryError(DiscoveryError):
+    """The endpoint factory raised; the previous pool stays live and the cause is chained."""
+
+
+class ReadinessError(SelectionError):
+    """A readiness failure exhausted the usable pool.
+
+    Attributes:
+        index: the endpoint's position in the pool at the time (diagnostic, ephemeral).
+        endpoint_id: the endpoint's stable id.
+    """
+
+    def __init__(self, index: int, endpoint_id: str) -> None:
+        self.index = index
+        self.endpoint_id = endpoint_id
+        super().__init__(f"readiness failed for endpoint {endpoint_id!r} (index {index})")
+
+
+class CoordinationError(PoiseError):
+    """Raised when shared circuit state cannot be read or written as the protocol requires."""

@@ -1,0 +1,60 @@
+"""Faults: what an outcome says about an endpoint's health."""
+
+from __future__ import annotations
+
+import enum
+import math
+
+import attrs
+
+from ._errors import ConfigError
+
+
+class Fault(enum.Enum):
+    """The health meaning of a failed call.
+
+    The tiers keep an ambiguous error from costing a live endpoint: only SUSPECT counts
+    toward ejection, only FATAL ejects at once, and CALLER says nothing about the endpoint.
+    """
+
+    TRANSIENT = "transient"
+    """Skip this endpoint for this call; no strike (overload, unavailable, deadline)."""
+    SUSPECT = "suspect"
+    """A strike: the endpoint is ejected only when strikes cross the trip conditions."""
+    FATAL = "fatal"
+    """Eject now (a server's deliberate evict-me signal); recoverable through half-open."""
+    PERMANENT = "permanent"
+    """Block, never probe, until discovery or an operator changes it (401/403)."""
+    CALLER = "caller"
+    """The caller's own fault (bad request, encoding error): no effect on health."""
+
+
+@attrs.frozen
+class Classification:
+    """A classifier's answer when a bare :class:`Fault` is not enough.
+
+    Attributes:
+        fault: the tier.
+        retry_after: seconds the server asked us to stay away (HTTP Retry-After); the
+            circuit opens for at least that long.
+    """
+
+    fault: Fault
+    retry_after: float | None = attrs.field(default=None, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        check_retry_after(self.retry_after)
+
+
+def check_retry_after(value: float | None) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is None or a finite number >= 0."""
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or math.isnan(value)
+        or math.isinf(value)
+        or value < 0
+    ):
+        raise ConfigError("retry_after", f"must be a finite number of seconds >= 0, got {value!r}")

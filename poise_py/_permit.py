@@ -1,0 +1,123 @@
+"""The permit: one reserved call to one endpoint, and how its outcome is reported."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from ._errors import PermitError
+from ._faults import Fault, check_retry_after
+
+if TYPE_CHECKING:
+    from ._balancer import LoadBalancer
+    from ._core._circuit import Ticket
+    from ._core._state import EndpointState
+    from ._decision import Decision
+    from ._endpoint import Endpoint
+
+
+class Permit:
+    """A reservation to call :attr:`endpoint`, issued by ``LoadBalancer.acquire``.
+
+    Use it as ``async with lb.acquire() as permit:``. Leaving the block reports the
+    outcome: normally -> success; by an exception -> the balancer's classifier decides
+    the fault (the exception always propagates); by the backend's cancellation (or any
+    non-``Exception`` such as ``KeyboardInterrupt``) -> cancellation, which is not a
+    fault. An explicit :meth:`succeed`, :meth:`fail` or :meth:`cancel` inside the block
+    wins over the exit. Reporting twice raises :class:`PermitError`. A permit dropped
+    without a report (never entered, or garbage-collected) is a cancellation.
+    """
+
+    __slots__ = ("_done", "_lb", "_started", "_state", "_ticket")
+
+    def __init__(
+        self,
+        lb: LoadBalancer,
+        state: EndpointState,
+        ticket: Ticket,
+        started: float,
+    ) -> None:
+        self._done = False
+        self._lb = lb
+        self._state = state
+        self._ticket = ticket
+        self._started = started
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The endpoint to call."""
+        return self._state.endpoint
+
+    @property
+    def decision(self) -> Decision:
+        """How the endpoint was chosen (mode and tier)."""
+        return self._state.decision
+
+    @property
+    def epoch(self) -> int:
+        """The circuit epoch this permit was issued in."""
+        return self._ticket.epoch
+
+    @property
+    def probe(self) -> bool:
+        """True if this permit is a half-open trial."""
+        return self._ticket.probe
+
+    @property
+    def done(self) -> bool:
+        """True once an outcome (or cancellation) has been reported."""
+        return self._done
+
+    def succeed(self) -> None:
+        """Report success."""
+        self._claim()
+        self._lb._succeed(self)
+
+    def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None) -> None:
+        """Report a failure of tier ``fault``; ``retry_after`` opens the circuit at least that long."""
+        if not isinstance(fault, Fault):
+            raise PermitError(f"fault must be a poise.Fault, got {fault!r}")
+        try:
+            check_retry_after(retry_after)
+        except ValueError as exc:
+            raise PermitError(str(exc)) from None
+        self._claim()
+        self._lb._finish(self, fault, retry_after)
+
+    def cancel(self) -> None:
+        """Report that the call ended without an outcome (not a fault)."""
+        self._claim()
+        self._lb._pool.cancel(self._state, self._ticket)
+
+    def _claim(self) -> None:
+        if self._done:
+            raise PermitError("this permit's outcome was already reported")
+        self._done = True
+
+    async def __aenter__(self) -> Permit:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._done:
+            return
+        self._done = True
+        if exc is None:
+            lb = self._lb
+            lb._pool.succeed(self._state, self._ticket, lb._clock, self._started)
+        else:
+            self._lb._finish_exc(self, exc)
+
+    def __del__(self) -> None:
+        # Runs at any point, even inside a pool operation (cyclic GC): only enqueue.
+        if not self._done:
+            self._done = True
+            self._lb._pool.orphans.append((self._state, self._ticket))
+
+    def __repr__(self) -> str:
+        kind = "probe " if self._ticket.probe else ""
+        return f"<Permit {kind}{self._state.endpoint.id!r} epoch={self._ticket.epoch}>"

@@ -1,0 +1,145 @@
+"""Frozen views of the balancer's state, from ``LoadBalancer.snapshot()``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import attrs
+
+from ._core._circuit import CircuitState
+from ._core._pool import Pool
+from ._core._state import FAULT_INDEX, SATURATED, EndpointState
+from ._endpoint import AdminStatus, Endpoint
+from ._errors import IneligibleReason
+from ._faults import Fault
+
+
+@attrs.frozen(kw_only=True)
+class EndpointCounters:
+    """Per-endpoint observation counters; each saturates at ``2**64 - 1``.
+
+    Attributes:
+        issued: permits issued.
+        successes: calls reported successful.
+        faults: calls that ended with each fault tier.
+        cancellations: permits that ended without an outcome (cancelled or dropped).
+        probes: half-open probe permits issued.
+        stale: results dropped because their epoch had passed (or the endpoint left).
+        ejections: times the circuit opened with escalation.
+        suppressed_ejections: trips held back by ``max_ejection_percent``.
+    """
+
+    issued: int
+    successes: int
+    faults: Mapping[Fault, int]
+    cancellations: int
+    probes: int
+    stale: int
+    ejections: int
+    suppressed_ejections: int
+
+
+@attrs.frozen(kw_only=True)
+class EndpointSnapshot:
+    """One endpoint as of the snapshot.
+
+    Attributes:
+        endpoint: the endpoint itself.
+        state: its circuit's state.
+        epoch: its circuit's epoch.
+        inflight: permits issued and not yet ended.
+        admin: the operator's status.
+        eligible_reason: why it could not take a permit now, or None if it could.
+        reopen_at: when an OPEN circuit becomes HALF_OPEN (balancer clock), else None.
+        consecutive_failures: the current run of strikes.
+        escalation_level: ejections in the current episode (drives the open window).
+        counters: the observation counters.
+    """
+
+    endpoint: Endpoint
+    state: CircuitState
+    epoch: int
+    inflight: int
+    admin: AdminStatus
+    eligible_reason: IneligibleReason | None
+    reopen_at: float | None
+    consecutive_failures: int
+    escalation_level: int
+    counters: EndpointCounters
+
+    @property
+    def id(self) -> str:
+        """The endpoint's id."""
+        return self.endpoint.id
+
+
+@attrs.frozen(kw_only=True)
+class PoolSnapshot:
+    """The whole pool as of the snapshot.
+
+    Attributes:
+        endpoints: every live endpoint, in discovery order.
+        available: endpoints that could take a permit now.
+        ejected: circuits OPEN or HALF_OPEN.
+        suppressed_ejections: trips held back by ``max_ejection_percent``, pool-wide.
+        taken_at: the balancer clock's reading.
+    """
+
+    endpoints: tuple[EndpointSnapshot, ...]
+    available: int
+    ejected: int
+    suppressed_ejections: int
+    taken_at: float
+
+    def __getitem__(self, endpoint_id: str) -> EndpointSnapshot:
+        """The snapshot of one endpoint by id (KeyError if absent)."""
+        for e in self.endpoints:
+            if e.endpoint.id == endpoint_id:
+                return e
+        raise KeyError(endpoint_id)
+
+    @property
+    def size(self) -> int:
+        """How many endpoints the pool holds."""
+        return len(self.endpoints)
+
+
+def endpoint_snapshot(pool: Pool, state: EndpointState) -> EndpointSnapshot:
+    """Freeze one endpoint's state."""
+    circuit = state.circuit
+    return EndpointSnapshot(
+        endpoint=state.endpoint,
+        state=circuit.state,
+        epoch=circuit.epoch,
+        inflight=state.inflight,
+        admin=state.admin,
+        eligible_reason=pool.refusal(state),
+        reopen_at=circuit.next_deadline(),
+        consecutive_failures=circuit.consecutive_failures,
+        escalation_level=circuit.level,
+        counters=EndpointCounters(
+            issued=min(
+                SATURATED,
+                state.successes + sum(state.faults) + state.cancellations + state.inflight,
+            ),
+            successes=state.successes,
+            faults=MappingProxyType({f: state.faults[i] for f, i in FAULT_INDEX.items()}),
+            cancellations=state.cancellations,
+            probes=state.probes,
+            stale=state.stale,
+            ejections=circuit.ejections,
+            suppressed_ejections=circuit.suppressed_ejections,
+        ),
+    )
+
+
+def pool_snapshot(pool: Pool, now: float) -> PoolSnapshot:
+    """Freeze the whole pool."""
+    return PoolSnapshot(
+        endpoints=tuple(endpoint_snapshot(pool, s) for s in pool.members.values()),
+        available=pool.available_count,
+        ejected=pool.ejected_count,
+        suppressed_ejections=pool.suppressed_ejections,
+        taken_at=now,
+    )
