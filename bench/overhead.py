@@ -1,0 +1,78 @@
+"""Per-call cost of ``async with lb.acquire(): pass`` against a bare no-op ``async with``.
+
+Run: ``python bench/overhead.py`` (Trio). Prints microseconds and ratios measured in
+this one run: each policy at 10 and 10,000 endpoints, as a multiple of the bare
+context manager, and the 10,000-endpoint cost as a multiple of the 10-endpoint cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from types import TracebackType
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import poise_py as poise
+from bench._timing import best_of
+
+
+class Noop:
+    """The baseline: the cheapest possible async context manager."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> Noop:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+async def bare(n: int) -> None:
+    cm = Noop()
+    for _ in range(n):
+        async with cm:
+            pass
+
+
+def make_lb(policy: poise.Policy, size: int, circuit: poise.CircuitPolicy | None = None) -> poise.LoadBalancer:
+    eps = [poise.Endpoint(f"e{i}", address=("127.0.0.1", 10000 + i % 50000)) for i in range(size)]
+    return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=policy, circuit=circuit, seed=1)
+
+
+async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
+    acquire = lb.acquire
+    for _ in range(n):
+        async with acquire():
+            pass
+
+
+async def main(iterations: int) -> None:
+    base = await best_of(bare, iterations)
+    print(f"bare async with: {base * 1e6:.3f} us")
+    print(f"{'policy':<22}{'endpoints':>10}{'us/call':>10}{'x bare':>9}{'x 10 eps':>10}")
+    policies: list[tuple[str, poise.Policy]] = [
+        ("RoundRobin", poise.RoundRobin()),
+        ("PowerOfTwoChoices", poise.PowerOfTwoChoices()),
+    ]
+    for name, policy in policies:
+        small = 0.0
+        for size in (10, 10_000):
+            lb = make_lb(policy, size)
+            async with lb:
+                cost = await best_of(lambda n, lb=lb: acquire_loop(lb, n), iterations)
+            small = small or cost
+            print(f"{name:<22}{size:>10}{cost * 1e6:>10.3f}{cost / base:>9.2f}{cost / small:>10.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=100_000)
+    args = parser.parse_args()
+    trio.run(main, args.iterations)
