@@ -8,6 +8,7 @@ context manager, and the 10,000-endpoint cost as a multiple of the 10-endpoint c
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from types import TracebackType
@@ -41,7 +42,9 @@ async def bare(n: int) -> None:
             pass
 
 
-def make_lb(policy: poise.Policy, size: int, circuit: poise.CircuitPolicy | None = None) -> poise.LoadBalancer:
+def make_lb(
+    policy: poise.Policy, size: int, circuit: poise.CircuitPolicy | None = None
+) -> poise.LoadBalancer:
     eps = [poise.Endpoint(f"e{i}", address=("127.0.0.1", 10000 + i % 50000)) for i in range(size)]
     return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=policy, circuit=circuit, seed=1)
 
@@ -66,13 +69,15 @@ async def main(iterations: int) -> None:
         for size in (10, 10_000):
             lb = make_lb(policy, size)
             async with lb:
-                cost = await best_of(lambda n, lb=lb: acquire_loop(lb, n), iterations)
+                cost = await best_of(functools.partial(acquire_loop, lb), iterations)
             small = small or cost
             print(f"{name:<22}{size:>10}{cost * 1e6:>10.3f}{cost / base:>9.2f}{cost / small:>10.2f}")
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--iterations", type=int, default=100_000)
     args = parser.parse_args()
     trio.run(main, args.iterations)
