@@ -6,10 +6,12 @@ endpoint's circuit epoch, and how the block ends is the health signal.
 
 from __future__ import annotations
 
+from . import classify as classify
 from ._balancer import LoadBalancer as LoadBalancer
 from ._classify import Classifier as Classifier
 from ._classify import FaultError as FaultError
 from ._classify import default_classifier as default_classifier
+from ._core._budget import RetryBudget as RetryBudget
 from ._core._circuit import Cause as Cause
 from ._core._circuit import CircuitState as CircuitState
 from ._core._ejection import Backoff as Backoff
@@ -53,6 +55,7 @@ from ._errors import UnknownIdentity as UnknownIdentity
 from ._faults import Classification as Classification
 from ._faults import Fault as Fault
 from ._permit import Permit as Permit
+from ._retry import Attempt as Attempt
 from ._snapshot import EndpointCounters as EndpointCounters
 from ._snapshot import EndpointSnapshot as EndpointSnapshot
 from ._snapshot import PoolSnapshot as PoolSnapshot

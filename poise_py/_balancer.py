@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterable, Callable, Collection, Hashable
+from collections.abc import AsyncIterable, Awaitable, Callable, Collection, Hashable
 from types import TracebackType
+from typing import Any, TypeVar
 
 import anyio
 
 from ._classify import Classifier, default_classifier
+from ._core._budget import Budget, RetryBudget
 from ._core._circuit import Transition
 from ._core._directory import Directory
 from ._core._policies import Policy, PowerOfTwoChoices
@@ -34,9 +36,11 @@ from ._errors import (
 )
 from ._faults import Classification, Fault
 from ._permit import Permit
+from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
 
 logger = logging.getLogger("poise_py")
+T = TypeVar("T")
 
 
 def _backend_clock() -> Callable[[], float]:
@@ -67,6 +71,7 @@ class LoadBalancer:
         clock: a function returning seconds; default is the running backend's clock (what
             ``anyio.current_time()`` returns), so Trio's ``MockClock`` drives every timer.
         seed: seeds the balancer's rng (jitter, random picks) for reproducible runs.
+        retry_budget: bounds the retries of :meth:`call` (default :class:`RetryBudget`).
     """
 
     def __init__(
@@ -79,6 +84,7 @@ class LoadBalancer:
         on_discovery_end: DiscoveryEnd = DiscoveryEnd.LAST_KNOWN_GOOD,
         clock: Callable[[], float] | None = None,
         seed: int | None = None,
+        retry_budget: RetryBudget | None = None,
     ) -> None:
         if not hasattr(discovery, "__aiter__"):
             raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
@@ -92,6 +98,9 @@ class LoadBalancer:
             raise ConfigError("classifier", f"must be callable, got {classifier!r}")
         if not isinstance(on_discovery_end, DiscoveryEnd):
             raise ConfigError("on_discovery_end", f"must be a DiscoveryEnd, got {on_discovery_end!r}")
+        retry_budget = RetryBudget() if retry_budget is None else retry_budget
+        if not isinstance(retry_budget, RetryBudget):
+            raise ConfigError("retry_budget", f"must be a RetryBudget, got {retry_budget!r}")
         if clock is not None and not callable(clock):
             raise ConfigError("clock", f"must be callable, got {clock!r}")
         self._discovery = discovery
@@ -108,6 +117,8 @@ class LoadBalancer:
         self._closed = False
         self._serving = False
         self._timer_wakeup: anyio.Event | None = None
+        self._budget = Budget(retry_budget)
+        self._retries_denied = 0
         self.discovery_rejected = 0
         """Discovery updates rejected (stale, duplicate, incoherent); the stream went on."""
 
@@ -142,12 +153,14 @@ class LoadBalancer:
     ) -> bool | None:
         task_group = self._task_group
         assert task_group is not None  # noqa: S101 - set by __aenter__
+        self._running = self._serving = False
+        self._task_group = None
         task_group.cancel_scope.cancel()
-        try:
-            return await task_group.__aexit__(exc_type, exc, tb)
-        finally:
-            self._running = self._serving = False
-            self._task_group = None
+        # The body's exception is not the task group's business: close the group on its
+        # own (its tasks only wait and never raise), so the caller's exception propagates
+        # as itself rather than wrapped in an ExceptionGroup.
+        await task_group.__aexit__(None, None, None)
+        return None
 
     @property
     def running(self) -> bool:
@@ -179,8 +192,30 @@ class LoadBalancer:
         state, ticket, now = self._pool.select(self._clock, key, exclude)
         return Permit(self, state, ticket, now)
 
-    def _succeed(self, permit: Permit) -> None:
-        self._pool.succeed(permit._state, permit._ticket, self._clock, permit._started)
+    async def call(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        attempts: int = 3,
+        key: Hashable | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Call ``await fn(endpoint, *args, **kwargs)``, retrying on other endpoints.
+
+        After a TRANSIENT, SUSPECT, FATAL or PERMANENT fault the next attempt goes to an
+        endpoint not yet tried; a CALLER fault is raised at once (the request is bad, not
+        the endpoint). Retries are bounded by ``attempts`` and by the balancer's retry
+        budget, so a dead pool does not multiply its load. The error raised is the last
+        real exception, carrying the attempts as ``poise_attempts`` (and a note); a
+        :class:`SelectionError` is raised only if not even the first attempt could start.
+        """
+        return await call_with_retries(self, fn, args, kwargs, attempts=attempts, key=key)
+
+    @property
+    def retries_denied(self) -> int:
+        """Retries :meth:`call` skipped because the retry budget was spent."""
+        return self._retries_denied
 
     def _finish(self, permit: Permit, fault: Fault | None, retry_after: float | None) -> None:
         now = self._clock()
