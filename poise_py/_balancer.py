@@ -49,7 +49,9 @@ def _backend_clock() -> Callable[[], float]:
     if cancelled.__module__.startswith("trio"):
         import trio  # noqa: PLC0415 - only when running on Trio
 
-        return trio.current_time
+        # The run's clock object itself (SystemClock, or a MockClock in tests): what
+        # trio.current_time() reads, without the per-call run-context lookup.
+        return trio.lowlevel.current_clock().current_time
     if cancelled is asyncio.CancelledError:
         return asyncio.get_running_loop().time
     return anyio.current_time  # pragma: no cover - another anyio backend

@@ -33,7 +33,7 @@ from .._errors import IneligibleReason
 from .._faults import Fault
 from ._ejection import MAX_LEVEL
 from ._policy import CircuitPolicy
-from ._window import FAILED, SLOW, CountWindow, Window
+from ._window import FAILED, SLOW, CountWindow, TimeWindow, Window
 
 
 class CircuitState(enum.Enum):
@@ -144,11 +144,12 @@ class Circuit:
         "_closed_ticket",
         "_consecutive",
         "_probe_ticket",
+        "_slow_limit",
         "_unit",
-        "_untimed",
         "_volume",
         "_volume_cap",
         "_window",
+        "_window_timed",
         "closed_at",
         "ejected_time",
         "ejections",
@@ -175,7 +176,8 @@ class Circuit:
         )
         self._volume = 0
         self._volume_cap = window.size if isinstance(window, CountWindow) else 0
-        self._untimed = not policy.timed
+        self._slow_limit = policy.slow_call_duration
+        self._window_timed = isinstance(window, TimeWindow)
         self.state = CircuitState.CLOSED
         self.epoch = 0
         self._closed_ticket = ticket(0, probe=False)
@@ -258,7 +260,7 @@ class Circuit:
             self._window.clear()
 
     def _add(self, flags: int, now: float) -> None:
-        # Pool.succeed inlines this for the CLOSED-success hot path; keep them in step.
+        # Pool.succeed inlines this for the CLOSED-success hot path: keep them in step.
         window = self._window
         if window is None:
             if self._volume < self._volume_cap:

@@ -75,9 +75,9 @@ class CircuitPolicy:
         return self.failure_rate is not None or self.slow_call_rate is not None
 
     @property
-    def timed(self) -> bool:
-        """Whether recording an outcome needs the clock (latency or a time window)."""
-        return self.slow_call_duration is not None or isinstance(self.window, TimeWindow)
+    def measures_latency(self) -> bool:
+        """Whether outcomes need the call's latency (a slow-call threshold is set)."""
+        return self.slow_call_duration is not None
 
     def __attrs_post_init__(self) -> None:
         _check_count("CircuitPolicy.consecutive_failures", self.consecutive_failures, optional=True)

@@ -65,8 +65,8 @@ class Pool:
         self._unit = rng.random
         self._picker: Picker = policy.bind(rng)
         self._pick = self._picker.pick
-        self.timed = circuit.timed or bool(getattr(policy, "measures_latency", False))
-        """Whether selections and outcomes need the clock on the hot path."""
+        self.timed = circuit.measures_latency or bool(getattr(policy, "measures_latency", False))
+        """Whether a selection must read the clock to time the call."""
         self.members: dict[str, EndpointState] = {}
         self._available: list[EndpointState] = []
         self._loads: list[int] = []
@@ -209,17 +209,26 @@ class Pool:
         n = state.successes
         state.successes = n + 1 if n < SATURATED else n
         circuit = state.circuit
-        # Circuit.fast_success, inlined: this is the hot path of every call.
-        if ticket is circuit._closed_ticket and circuit._untimed and state.live:
-            circuit._consecutive = 0
-            window = circuit._window
-            if window is None:
-                if circuit._volume < circuit._volume_cap:
-                    circuit._volume += 1
-            else:
-                window.add(0, 0.0)
-            return
-        now = clock()
+        # Circuit._record_closed for a success, inlined: this is the hot path of every
+        # call. A slow-call threshold needs the latency, so that case takes the long way.
+        if ticket is circuit._closed_ticket and state.live:
+            slow_limit = circuit._slow_limit
+            if slow_limit is None:
+                circuit._consecutive = 0
+                window = circuit._window
+                if window is None:
+                    if circuit._volume < circuit._volume_cap:
+                        circuit._volume += 1
+                else:
+                    window.add(0, clock() if circuit._window_timed else 0.0)
+                return
+            now = clock()
+            if now - started < slow_limit:  # a success in time: no trip can follow
+                circuit._consecutive = 0
+                circuit._add(0, now)
+                return
+        else:
+            now = clock()
         self._record(state, ticket, None, now, latency=now - started, retry_after=None)
 
     def complete(
