@@ -311,9 +311,7 @@ async def test_hard_cap_retires_until_discovery_re_emits_the_endpoint(clock: Fak
 async def test_call_retries_a_transient_fault_elsewhere_without_a_strike(clock: FakeClock) -> None:
     workers = Workers(clock)
     workers.broken["a"] = rpc_error(grpc.StatusCode.UNAVAILABLE)
-    async with static_lb(
-        "a", "b", policy=poise.RoundRobin(), classifier=poise.classify.grpc(), clock=clock
-    ) as lb:
+    async with static_lb("a", "b", policy=poise.RoundRobin(), classifier=poise.classify.grpc(), clock=clock) as lb:
         results = [await lb.call(workers.dispatch) for _ in range(20)]
         assert set(results) == {"b"}
         snap = lb.snapshot()["a"]

@@ -444,6 +444,4 @@ class Circuit:
         self.probes_in_flight = 0
         self.probe_successes = 0
         self.reopen_at = reopen_at if target is _O else None
-        return Transition(
-            source=source, target=target, cause=cause, epoch=epoch, at=now, reopen_at=self.reopen_at
-        )
+        return Transition(source=source, target=target, cause=cause, epoch=epoch, at=now, reopen_at=self.reopen_at)

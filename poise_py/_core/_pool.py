@@ -199,9 +199,7 @@ class Pool:
 
     # -- completion --------------------------------------------------------------------
 
-    def succeed(
-        self, state: EndpointState, ticket: Ticket, clock: Callable[[], float], started: float
-    ) -> None:
+    def succeed(self, state: EndpointState, ticket: Ticket, clock: Callable[[], float], started: float) -> None:
         """Record a successful call; reads ``clock`` only if the outcome needs the time."""
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
