@@ -1,4 +1,5 @@
-"""The pure health-check scheduler on plain floats: thresholds, intervals, reservations, generations."""
+"""The pure health-check scheduler on plain floats (thresholds, intervals, reservations,
+generations), and the circuit's un-eject move."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import pytest
 
 import poise_py as poise
-from poise_py import AdminStatus, HealthStatus
+from poise_py import AdminStatus, CircuitState, Fault, HealthStatus, IneligibleReason
+from poise_py._core._circuit import TRANSITIONS, Cause, Circuit, Ticket
 from poise_py._core._health import HealthScheduler, ProbeResult, ProbeToken
 
 PASSED, FAILED, TIMED_OUT = ProbeResult.PASSED, ProbeResult.FAILED, ProbeResult.TIMED_OUT
@@ -273,3 +275,60 @@ def test_next_deadline_is_the_earliest_unreserved_probe() -> None:
     assert s.next_deadline() == 10.0
     s.remove("a")
     assert s.next_deadline() is None
+
+
+# -- the circuit's un-eject move -------------------------------------------------------
+
+
+def ejected_circuit() -> Circuit:
+    policy = poise.CircuitPolicy(
+        consecutive_failures=1, minimum_volume=1, escalation=poise.Escalation(base=10.0, jitter=0.0)
+    )
+    c = Circuit(policy, random.Random(1).random, 0.0)
+    ticket = c.try_acquire(0.0)
+    assert isinstance(ticket, Ticket)
+    c.record(ticket, Fault.SUSPECT, 0.0)
+    assert c.state is CircuitState.OPEN
+    return c
+
+
+def test_uneject_closes_an_open_circuit_at_a_new_epoch_keeping_the_escalation_level() -> None:
+    c = ejected_circuit()
+    old = c.try_acquire(0.0)  # refused while OPEN
+    assert old is IneligibleReason.OPEN
+    epoch, level = c.epoch, c.level
+    transition = c.uneject(1.0)
+    assert transition is not None
+    assert (transition.source, transition.target, transition.cause) == (
+        CircuitState.OPEN,
+        CircuitState.CLOSED,
+        Cause.HEALTH_CHECK_PASSED,
+    )
+    assert c.epoch == epoch + 1
+    assert c.level == level
+    assert c.ejections_in_row == 0
+    assert c.next_deadline() is None
+
+
+def test_uneject_closes_a_half_open_circuit_and_its_probe_becomes_stale() -> None:
+    c = ejected_circuit()
+    probe = c.try_acquire(10.0)
+    assert isinstance(probe, Ticket)
+    assert probe.probe
+    assert c.uneject(10.5) is not None
+    assert c.state is CircuitState.CLOSED
+    assert c.probes_in_flight == 0
+    assert c.record(probe, Fault.SUSPECT, 11.0) is None
+    assert c.stale_results == 1
+    assert c.state is CircuitState.CLOSED
+
+
+def test_uneject_leaves_closed_blocked_and_retired_circuits_alone() -> None:
+    c = ejected_circuit()
+    c.uneject(1.0)
+    assert c.uneject(2.0) is None  # CLOSED
+    c.block(3.0)
+    epoch = c.epoch
+    assert c.uneject(4.0) is None  # BLOCKED: only an operator or discovery clears it
+    assert (c.state, c.epoch) == (CircuitState.BLOCKED, epoch)
+    assert (CircuitState.RETIRED, Cause.HEALTH_CHECK_PASSED) not in TRANSITIONS
