@@ -20,6 +20,7 @@ from ._classify import Classifier, default_classifier
 from ._core._budget import Budget, RetryBudget
 from ._core._circuit import Transition
 from ._core._directory import Directory
+from ._core._health import HealthCheck
 from ._core._policies import Policy, PowerOfTwoChoices
 from ._core._policy import CircuitPolicy
 from ._core._pool import Pool
@@ -32,9 +33,11 @@ from ._errors import (
     DiscoveryClosed,
     DiscoveryError,
     IneligibleReason,
+    NotDraining,
     NotRunning,
 )
 from ._faults import Classification, Fault
+from ._health import HealthRunner
 from ._permit import Permit
 from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
@@ -74,6 +77,8 @@ class LoadBalancer:
             ``anyio.current_time()`` returns), so Trio's ``MockClock`` drives every timer.
         seed: seeds the balancer's rng (jitter, random picks) for reproducible runs.
         retry_budget: bounds the retries of :meth:`call` (default :class:`RetryBudget`).
+        health_check: active health checking (:class:`HealthCheck`), run in the
+            balancer's task group; None (default) for passive health only.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class LoadBalancer:
         clock: Callable[[], float] | None = None,
         seed: int | None = None,
         retry_budget: RetryBudget | None = None,
+        health_check: HealthCheck | None = None,
     ) -> None:
         if not hasattr(discovery, "__aiter__"):
             raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
@@ -105,13 +111,22 @@ class LoadBalancer:
             raise ConfigError("retry_budget", f"must be a RetryBudget, got {retry_budget!r}")
         if clock is not None and not callable(clock):
             raise ConfigError("clock", f"must be callable, got {clock!r}")
+        if health_check is not None:
+            _check_health(health_check, circuit)
         self._discovery = discovery
         self._classifier = classifier
         self._on_end = on_discovery_end
         self._clock_arg = clock
         self._clock: Callable[[], float] = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
-        self._pool = Pool(circuit, policy, self._rng, on_transition=self._on_transition)
+        self._pool = Pool(
+            circuit, policy, self._rng, on_transition=self._on_transition, on_idle=self._on_idle
+        )
+        self._health: HealthRunner | None = None
+        if health_check is not None:
+            health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
+            self._health = HealthRunner(health_check, self._pool, health_rng.random)
+        self._drain_waiters: dict[EndpointState, anyio.Event] = {}
         self._directory = Directory()
         self._cancelled: type[BaseException] = BaseException
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -145,6 +160,8 @@ class LoadBalancer:
         if not isinstance(source, StaticDiscovery):
             task_group.start_soon(self._run_discovery, source)
         task_group.start_soon(self._run_timers)
+        if self._health is not None:
+            task_group.start_soon(self._health.run, task_group, self._clock)
         return self
 
     async def __aexit__(
@@ -260,13 +277,57 @@ class LoadBalancer:
     def set_status(self, endpoint_id: str, status: AdminStatus) -> None:
         """Set an operator status for one endpoint (KeyError if unknown).
 
-        AUTO also clears a PERMANENT block or a hard-cap retirement (a fresh circuit).
+        DRAINING and DISABLED stop new permits (in-flight ones finish: see
+        :meth:`drained`); FORCED_HEALTHY and FORCED_UNHEALTHY overrule active health. A
+        change bumps the endpoint's probe generation, so a probe in flight cannot
+        overwrite it. AUTO hands the endpoint back to fresh probes and to its circuit, and
+        also clears a PERMANENT block or a hard-cap retirement (a fresh circuit).
         """
         if not isinstance(status, AdminStatus):
             raise ConfigError("status", f"must be an AdminStatus, got {status!r}")
         state = self._pool.set_admin(endpoint_id, status)
         if status is AdminStatus.AUTO and state.circuit.refusal() in _OPERATOR_CLEARED:
             self._pool.reset_circuit(state, self._clock())
+        if self._health is not None:
+            self._health.set_admin(state, status, self._clock())
+        if status not in _DRAINS:
+            waiter = self._drain_waiters.pop(state, None)
+            if waiter is not None:
+                waiter.set()  # the waiter sees the status and raises NotDraining
+
+    async def drained(self, endpoint_id: str) -> None:
+        """Wait until a DRAINING (or DISABLED) endpoint has no permit in flight.
+
+        Returns at once if none is in flight. Typical use: ``lb.set_status(id,
+        AdminStatus.DRAINING)``, ``await lb.drained(id)``, then take the endpoint down.
+        Bound the wait with ``anyio.fail_after`` if in-flight calls may hang.
+
+        Raises:
+            KeyError: no live endpoint has this id.
+            NotDraining: the endpoint is not DRAINING or DISABLED, or an operator moved it
+                out of those statuses while permits were still in flight.
+        """
+        state = self._pool.members[endpoint_id]
+        pool = self._pool
+        while True:
+            if pool.orphans:
+                pool.release_orphans()
+            if state.inflight == 0:
+                return
+            if state.live and state.admin not in _DRAINS:
+                raise NotDraining(
+                    f"endpoint {endpoint_id!r} is {state.admin.value}: it takes new permits, "
+                    "set it DRAINING first"
+                )
+            waiter = self._drain_waiters.get(state)
+            if waiter is None:
+                waiter = self._drain_waiters[state] = anyio.Event()
+            await waiter.wait()
+
+    def _on_idle(self, state: EndpointState) -> None:
+        waiter = self._drain_waiters.pop(state, None)
+        if waiter is not None:
+            waiter.set()
 
     def snapshot(self) -> PoolSnapshot:
         """A frozen view of every endpoint and of the pool."""
@@ -275,7 +336,8 @@ class LoadBalancer:
         if pool.orphans:
             pool.release_orphans()
         pool.handle_timer(now)
-        return pool_snapshot(pool, now)
+        health = self._health
+        return pool_snapshot(pool, now, health=None if health is None else health.snapshot)
 
     # -- background --------------------------------------------------------------------
 
@@ -285,7 +347,10 @@ class LoadBalancer:
         if ignore_duplicate and self._directory.revision == update.revision:
             return
         changes = self._directory.plan(update, live)
-        pool.apply(self._clock(), added=changes.added, removed=changes.removed, updated=changes.updated)
+        now = self._clock()
+        pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated)
+        if self._health is not None:
+            self._health.apply(now, [e.id for e in changes.added], changes.removed)
         self._directory.commit(changes)
         self._closed = False
         self._serving = self._running
@@ -305,7 +370,10 @@ class LoadBalancer:
     def _discovery_ended(self) -> None:
         if self._on_end is DiscoveryEnd.FAIL_CLOSED:
             pool = self._pool
-            pool.apply(self._clock(), removed=list(pool.members))
+            removed = list(pool.members)
+            pool.apply(self._clock(), removed=removed)
+            if self._health is not None:
+                self._health.apply(self._clock(), (), removed)
             self._closed = True
             self._serving = False
 
@@ -352,3 +420,26 @@ def _first_exception(group: BaseException) -> Exception | None:
 
 
 _OPERATOR_CLEARED = frozenset({IneligibleReason.PERMANENT, IneligibleReason.RETIRED})
+_DRAINS = frozenset({AdminStatus.DRAINING, AdminStatus.DISABLED})
+
+
+def _check_health(check: object, circuit: CircuitPolicy) -> None:
+    """Refuse a health check that could hold a recovered endpoint out longer than the breaker.
+
+    Seed 001's gateway had a health filter with a 5-minute recovery window in front of a
+    60-second breaker: the filter, not the breaker, decided when an endpoint came back.
+    Here the active side's worst-case readmission time must fit in the breaker's shortest
+    open window (see docs/health.md).
+    """
+    if not isinstance(check, HealthCheck):
+        raise ConfigError("health_check", f"must be a HealthCheck or None, got {check!r}")
+    escalation = circuit.escalation
+    shortest = escalation.window(0) * (1.0 - escalation.jitter)
+    if check.readmit_bound > shortest:
+        raise ConfigError(
+            "health_check",
+            f"a recovered endpoint could stay excluded {check.readmit_bound:.3g} s "
+            f"(timeout + healthy_threshold x (unhealthy_interval x (1 + jitter) + timeout)), "
+            f"longer than the breaker's shortest open window ({shortest:.3g} s); lower "
+            "unhealthy_interval, healthy_threshold or timeout, or raise CircuitPolicy.escalation.base",
+        )

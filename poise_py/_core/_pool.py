@@ -1,7 +1,7 @@
 """The pool: membership, eligibility and the ejection guard, as pure bookkeeping.
 
 The pool keeps a list of the endpoints that may take a permit right now (CLOSED, or
-HALF_OPEN with a free probe slot, and allowed by the operator). It is updated in O(1)
+HALF_OPEN with a free probe slot, and allowed by the operator and by active health). It is updated in O(1)
 whenever a circuit moves or a probe slot is taken or released, so a pick never scans
 the pool. OPEN circuits wait in a heap of deadlines; :meth:`Pool.handle_timer` (called
 by the shell's timer, and lazily by :meth:`Pool.select`) moves the due ones to
@@ -26,6 +26,7 @@ from ._policy import CircuitPolicy
 from ._state import FAULT_INDEX, SATURATED, EndpointState, sat_add
 
 TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
+IdleHook: TypeAlias = Callable[[EndpointState], None]
 
 _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
     AdminStatus.AUTO: None,
@@ -36,10 +37,21 @@ _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
 }
 _OPEN = CircuitState.OPEN
 _CLOSED = CircuitState.CLOSED
+_AUTO = AdminStatus.AUTO
 
 
 def _ignore(state: EndpointState, transition: Transition) -> None:
     return None
+
+
+def _ignore_idle(state: EndpointState) -> None:
+    return None
+
+
+def _gate(state: EndpointState) -> IneligibleReason | None:
+    """The operator's and active health's verdict; active health counts only under AUTO."""
+    admin = state.admin
+    return state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin]
 
 
 class Pool:
@@ -50,6 +62,8 @@ class Pool:
         policy: the selection policy.
         rng: the seeded source of every random choice (jitter, picks).
         on_transition: called for every circuit move (events, logs).
+        on_idle: called when the last permit of an endpoint that takes no new ones ends
+            (``LoadBalancer.drained``).
     """
 
     def __init__(
@@ -59,6 +73,7 @@ class Pool:
         rng: random.Random,
         *,
         on_transition: TransitionHook = _ignore,
+        on_idle: IdleHook = _ignore_idle,
     ) -> None:
         self.circuit_policy = circuit
         self._rng = rng
@@ -77,6 +92,7 @@ class Pool:
         self._allowance = 1
         self._decisions: dict[int, Decision] = {}
         self.on_transition = on_transition
+        self.on_idle = on_idle
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
         self.suppressed_ejections = 0
@@ -195,7 +211,7 @@ class Pool:
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
         """Why ``state`` may not take a permit now, or None if it may."""
-        return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal()
+        return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal() or _gate(state)
 
     # -- completion --------------------------------------------------------------------
 
@@ -204,6 +220,8 @@ class Pool:
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             self._loads[state.pos] = n
+        elif not n:
+            self.on_idle(state)  # off the hot path: only endpoints that take no permits
         n = state.successes
         state.successes = n + 1 if n < SATURATED else n
         circuit = state.circuit
@@ -243,6 +261,8 @@ class Pool:
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             self._loads[state.pos] = n
+        elif not n:
+            self.on_idle(state)  # off the hot path: only endpoints that take no permits
         if fault is None:
             state.successes = sat_add(state.successes)
         else:
@@ -288,6 +308,8 @@ class Pool:
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             self._loads[state.pos] = n
+        elif not n:
+            self.on_idle(state)  # off the hot path: only endpoints that take no permits
         state.cancellations = sat_add(state.cancellations)
         if state.live:
             state.circuit.cancel(ticket)
@@ -333,6 +355,23 @@ class Pool:
         """Reset one circuit to a fresh CLOSED epoch (operator action, rediscovery)."""
         self._moved(state, state.circuit.reset(now))
 
+    def set_health(self, state: EndpointState, refusal: IneligibleReason | None) -> None:
+        """Record active health's verdict for one endpoint (None: it may serve); O(1)."""
+        if refusal is not state.health_refusal:
+            state.health_refusal = refusal
+            if state.live:
+                self._sync(state)
+
+    def uneject(self, state: EndpointState, now: float) -> bool:
+        """Close a passively ejected circuit after a passing active check; False if not ejected."""
+        if not state.live:
+            return False
+        transition = state.circuit.uneject(now)
+        if transition is None:
+            return False
+        self._moved(state, transition)
+        return True
+
     # -- internals ---------------------------------------------------------------------
 
     def _moved(self, state: EndpointState, transition: Transition) -> None:
@@ -348,7 +387,7 @@ class Pool:
         if ejected != state.was_ejected:
             state.was_ejected = ejected
             self._ejected += 1 if ejected else -1
-        available = circuit.accepting and _ADMIN_REFUSAL[state.admin] is None
+        available = circuit.accepting and _gate(state) is None
         self._set_available(state, available=available)
 
     def _set_available(self, state: EndpointState, *, available: bool) -> None:

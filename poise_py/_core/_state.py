@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .._decision import Decision, DecisionMode
 from .._endpoint import AdminStatus, Endpoint
+from .._errors import IneligibleReason
 from .._faults import Fault
 from ._circuit import Circuit
 
@@ -36,6 +37,7 @@ class EndpointState:
         "endpoint",
         "ewma",
         "faults",
+        "health_refusal",
         "inflight",
         "live",
         "pos",
@@ -49,6 +51,8 @@ class EndpointState:
         self.endpoint = endpoint
         self.circuit = circuit
         self.admin = AdminStatus.AUTO
+        self.health_refusal: IneligibleReason | None = None
+        """Active health's verdict for eligibility under AUTO (None: may serve)."""
         self.inflight = 0
         self.pos = -1
         self.live = True
