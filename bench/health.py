@@ -42,9 +42,7 @@ async def failing_e0(endpoint: poise.Endpoint) -> None:
 
 def make_lb(size: int, check: poise.HealthCheck | None) -> poise.LoadBalancer:
     eps = [poise.Endpoint(f"e{i}", address=("127.0.0.1", 10000 + i)) for i in range(size)]
-    return poise.LoadBalancer(
-        poise.StaticDiscovery(eps), policy=poise.RoundRobin(), health_check=check, seed=1
-    )
+    return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=poise.RoundRobin(), health_check=check, seed=1)
 
 
 async def measure(lb: poise.LoadBalancer, iterations: int, drain: str | None) -> float:
@@ -77,9 +75,7 @@ async def main(iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=100_000)
     args = parser.parse_args()
     logging.getLogger("poise_py").setLevel(logging.ERROR)  # e0's expected "unhealthy" line

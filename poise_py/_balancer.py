@@ -119,9 +119,7 @@ class LoadBalancer:
         self._clock_arg = clock
         self._clock: Callable[[], float] = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
-        self._pool = Pool(
-            circuit, policy, self._rng, on_transition=self._on_transition, on_idle=self._on_idle
-        )
+        self._pool = Pool(circuit, policy, self._rng, on_transition=self._on_transition, on_idle=self._on_idle)
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
@@ -316,8 +314,7 @@ class LoadBalancer:
                 return
             if state.live and state.admin not in _DRAINS:
                 raise NotDraining(
-                    f"endpoint {endpoint_id!r} is {state.admin.value}: it takes new permits, "
-                    "set it DRAINING first"
+                    f"endpoint {endpoint_id!r} is {state.admin.value}: it takes new permits, set it DRAINING first"
                 )
             waiter = self._drain_waiters.get(state)
             if waiter is None:

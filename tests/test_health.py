@@ -221,9 +221,7 @@ async def test_an_unanswered_probe_times_out_as_a_failure() -> None:
 
 async def test_an_unhealthy_endpoint_is_probed_at_the_faster_interval() -> None:
     probe = ScriptedProbe()
-    async with health_lb(
-        probe, "a", interval=10.0, unhealthy_interval=1.0, healthy_threshold=1, unhealthy_threshold=1
-    ):
+    async with health_lb(probe, "a", interval=10.0, unhealthy_interval=1.0, healthy_threshold=1, unhealthy_threshold=1):
         first = await probe.answer("a", healthy=True)
         second = await probe.answer("a", healthy=False)
         assert second.started - first.started == pytest.approx(10.0)
@@ -361,9 +359,7 @@ async def test_a_health_check_that_could_outlast_the_breaker_is_refused() -> Non
 async def test_discovery_starts_and_stops_probing_endpoints() -> None:
     probe = ScriptedProbe()
     send, receive = anyio.create_memory_object_stream[poise.Update](10)
-    lb = poise.LoadBalancer(
-        receive, health_check=poise.HealthCheck(probe=probe, jitter=0.0, unhealthy_threshold=1)
-    )
+    lb = poise.LoadBalancer(receive, health_check=poise.HealthCheck(probe=probe, jitter=0.0, unhealthy_threshold=1))
     async with lb, send, receive:
         await send.send(poise.Snapshot(1, endpoints("a", "b")))
         late = await probe.next_call("a")
@@ -387,9 +383,7 @@ async def test_without_a_health_check_the_snapshot_has_no_health_view() -> None:
 # -- draining --------------------------------------------------------------------------
 
 
-async def hold(
-    lb: poise.LoadBalancer, endpoint_id: str, release: anyio.Event, others: tuple[str, ...]
-) -> None:
+async def hold(lb: poise.LoadBalancer, endpoint_id: str, release: anyio.Event, others: tuple[str, ...]) -> None:
     async with lb.acquire(exclude=others) as permit:
         assert permit.endpoint.id == endpoint_id
         await release.wait()

@@ -98,9 +98,7 @@ async def test_http_get_passes_on_an_expected_status_and_builds_the_url() -> Non
         await probe(poise.Endpoint("a", address=("10.0.0.1", 8080)))
         await probe(poise.Endpoint("b", address="https://api.example.com/"))
         await probe(poise.Endpoint("c", address=("::1", 9000)))
-        await probes.http_get(client=client, scheme="https", port=8443)(
-            poise.Endpoint("d", address="10.0.0.2:80")
-        )
+        await probes.http_get(client=client, scheme="https", port=8443)(poise.Endpoint("d", address="10.0.0.2:80"))
     assert [str(r.url) for r in seen] == [
         "http://10.0.0.1:8080/ready",
         "https://api.example.com/ready",
