@@ -12,6 +12,17 @@ from ._balancer import LoadBalancer as LoadBalancer
 from ._classify import Classifier as Classifier
 from ._classify import FaultError as FaultError
 from ._classify import default_classifier as default_classifier
+from ._coordination._config import Coordination as Coordination
+from ._coordination._config import CoordinationChange as CoordinationChange
+from ._coordination._config import CoordinationStatistics as CoordinationStatistics
+from ._coordination._memory import InMemoryStorage as InMemoryStorage
+from ._coordination._protocol import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ._coordination._protocol import OpenWait as OpenWait
+from ._coordination._protocol import ProbeReport as ProbeReport
+from ._coordination._protocol import Reply as Reply
+from ._coordination._protocol import SharedState as SharedState
+from ._coordination._protocol import Storage as Storage
+from ._coordination._redis import RedisStorage as RedisStorage
 from ._core._budget import RetryBudget as RetryBudget
 from ._core._circuit import Cause as Cause
 from ._core._circuit import CircuitState as CircuitState
@@ -40,6 +51,7 @@ from ._errors import AlreadyRunning as AlreadyRunning
 from ._errors import CapacityOverflow as CapacityOverflow
 from ._errors import ConfigError as ConfigError
 from ._errors import CoordinationError as CoordinationError
+from ._errors import CoordinationUnavailable as CoordinationUnavailable
 from ._errors import DiscoveryClosed as DiscoveryClosed
 from ._errors import DiscoveryError as DiscoveryError
 from ._errors import DuplicateIdentity as DuplicateIdentity

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import anyio
 
 from ._classify import Classifier, default_classifier
+from ._coordination._config import Coordination, CoordinationStatistics
+from ._coordination._coordinator import Coordinator
 from ._core._budget import Budget, RetryBudget
 from ._core._circuit import Transition
 from ._core._directory import Directory
@@ -79,6 +81,8 @@ class LoadBalancer:
         retry_budget: bounds the retries of :meth:`call` (default :class:`RetryBudget`).
         health_check: active health checking (:class:`HealthCheck`), run in the
             balancer's task group; None (default) for passive health only.
+        coordination: share every endpoint's circuit with the balancers using the same
+            storage (:class:`Coordination`); default None, each balancer on its own.
     """
 
     def __init__(
@@ -93,6 +97,7 @@ class LoadBalancer:
         seed: int | None = None,
         retry_budget: RetryBudget | None = None,
         health_check: HealthCheck | None = None,
+        coordination: Coordination | None = None,
     ) -> None:
         if not hasattr(discovery, "__aiter__"):
             raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
@@ -113,6 +118,10 @@ class LoadBalancer:
             raise ConfigError("clock", f"must be callable, got {clock!r}")
         if health_check is not None:
             _check_health(health_check, circuit)
+        if coordination is not None:
+            if not isinstance(coordination, Coordination):
+                raise ConfigError("coordination", f"must be a Coordination or None, got {coordination!r}")
+            coordination.check(circuit)
         self._discovery = discovery
         self._classifier = classifier
         self._on_end = on_discovery_end
@@ -136,6 +145,10 @@ class LoadBalancer:
         self._retries_denied = 0
         self.discovery_rejected = 0
         """Discovery updates rejected (stale, duplicate, incoherent); the stream went on."""
+        self._coordinator: Coordinator | None = None
+        if coordination is not None:
+            self._coordinator = Coordinator(coordination, self._pool, circuit, self._rng)
+            self._pool.on_probe_result = self._coordinator.probe_result
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -160,6 +173,10 @@ class LoadBalancer:
         task_group.start_soon(self._run_timers)
         if self._health is not None:
             task_group.start_soon(self._health.run, task_group, self._clock)
+        coordinator = self._coordinator
+        if coordinator is not None:
+            await coordinator.start(self._clock, backend_clock=self._clock_arg is None)
+            task_group.start_soon(coordinator.run)
         return self
 
     async def __aexit__(
@@ -177,6 +194,10 @@ class LoadBalancer:
         # own (its tasks only wait and never raise), so the caller's exception propagates
         # as itself rather than wrapped in an ExceptionGroup.
         await task_group.__aexit__(None, None, None)
+        coordinator = self._coordinator
+        if coordinator is not None:
+            with anyio.CancelScope(shield=True):
+                await coordinator.aclose()
         return None
 
     @property
@@ -228,6 +249,10 @@ class LoadBalancer:
         :class:`SelectionError` is raised only if not even the first attempt could start.
         """
         return await call_with_retries(self, fn, args, kwargs, attempts=attempts, key=key)
+
+    def coordination_statistics(self) -> CoordinationStatistics | None:
+        """Counters of fleet coordination (None without ``coordination=``)."""
+        return None if self._coordinator is None else self._coordinator.statistics()
 
     @property
     def retries_denied(self) -> int:
@@ -351,6 +376,8 @@ class LoadBalancer:
         self._directory.commit(changes)
         self._closed = False
         self._serving = self._running
+        if self._coordinator is not None:
+            self._coordinator.members_changed()
 
     async def _run_discovery(self, source: AsyncIterable[Update]) -> None:
         try:
@@ -396,6 +423,8 @@ class LoadBalancer:
     def _on_transition(self, state: EndpointState, transition: Transition) -> None:
         if transition.reopen_at is not None and self._timer_wakeup is not None:
             self._timer_wakeup.set()
+        if self._coordinator is not None:
+            self._coordinator.moved(state, transition)
         logger.debug(
             "poise_py: endpoint %r circuit %s -> %s (%s), epoch %d",
             state.endpoint.id,

@@ -168,3 +168,11 @@ class ReadinessError(SelectionError):
 
 class CoordinationError(PoiseError):
     """Raised when shared circuit state cannot be read or written as the protocol requires."""
+
+
+class CoordinationUnavailable(CoordinationError):  # noqa: N818 - reads as a state
+    """Raised by a coordination ``Storage`` when its backend cannot be reached or did not answer.
+
+    The balancer never passes it to a caller: it falls back to each endpoint's local
+    circuit, logs once, counts it, and resynchronises when the storage answers again.
+    """

@@ -21,6 +21,18 @@ spacing. Cancellation releases a slot and touches no window.
 Nothing here reads a clock: ``now`` comes in, :meth:`Circuit.next_deadline` goes out,
 and the async shell calls :meth:`Circuit.handle_timer` when that deadline passes (or
 ``try_acquire`` notices it first).
+
+Fleet coordination (``poise_py._coordination``) adds one mode, *leased*, and three moves.
+While a circuit is leased, the fleet's shared state owns the two decisions that must be
+taken once for the whole fleet: OPEN -> HALF_OPEN (the circuit never half-opens on its own
+timer) and the probe budget (a HALF_OPEN circuit starts with no slot; :meth:`Circuit.grant`
+adds the slots the coordinator leased, and each completed probe consumes its slot).
+Successful probes do not close a leased circuit: the fleet counts them and closes the
+shared state. The coordinator mirrors the shared state with :meth:`Circuit.adopt` (the
+``SHARED_*`` causes of the table), each adoption a move with its own epoch, so permits of
+a round the fleet has left are stale like any other. Everything else (windows, trips,
+escalation, probe failures) stays local and is published by the coordinator. Unleasing
+(the coordinator is unreachable) hands both decisions back to the circuit.
 """
 
 from __future__ import annotations
@@ -62,6 +74,12 @@ class Cause(enum.Enum):
     HARD_CAP = "hard_cap"
     RESET = "reset"
     HEALTH_CHECK_PASSED = "health_check_passed"
+    SHARED_OPEN = "shared_open"
+    """The fleet's shared state is OPEN (another instance tripped, or a new round)."""
+    SHARED_HALF_OPEN = "shared_half_open"
+    """The fleet's shared state began a half-open round."""
+    SHARED_CLOSED = "shared_closed"
+    """The fleet closed the shared state (probes passed elsewhere), or it was lost."""
 
 
 _C, _O, _H, _B, _R = (
@@ -90,6 +108,16 @@ TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
     (_O, Cause.HEALTH_CHECK_PASSED): _C,
     (_H, Cause.HEALTH_CHECK_PASSED): _C,
     **{(s, Cause.RESET): _C for s in CircuitState},
+    # Adopting the fleet's shared state (coordination). BLOCKED and RETIRED are local
+    # verdicts about this instance's view of the endpoint: the fleet does not lift them.
+    (_C, Cause.SHARED_OPEN): _O,
+    (_O, Cause.SHARED_OPEN): _O,
+    (_H, Cause.SHARED_OPEN): _O,
+    (_C, Cause.SHARED_HALF_OPEN): _H,
+    (_O, Cause.SHARED_HALF_OPEN): _H,
+    (_H, Cause.SHARED_HALF_OPEN): _H,
+    (_O, Cause.SHARED_CLOSED): _C,
+    (_H, Cause.SHARED_CLOSED): _C,
 }
 """Every legal move: (from, cause) -> to. Anything else raises ``LocalProtocolError``."""
 
@@ -133,6 +161,15 @@ class Transition:
     epoch: int
     at: float
     reopen_at: float | None = None
+    retry_after: float | None = None
+    """The (capped) Retry-After wait this move honoured, if a server asked for one."""
+
+
+_SHARED_CAUSE = {
+    CircuitState.OPEN: Cause.SHARED_OPEN,
+    CircuitState.HALF_OPEN: Cause.SHARED_HALF_OPEN,
+    CircuitState.CLOSED: Cause.SHARED_CLOSED,
+}
 
 
 class Circuit:
@@ -159,8 +196,10 @@ class Circuit:
         "ejections",
         "ejections_in_row",
         "epoch",
+        "leased",
         "level",
         "policy",
+        "probe_limit",
         "probe_successes",
         "probes_in_flight",
         "reopen_at",
@@ -187,6 +226,8 @@ class Circuit:
         self._closed_ticket = ticket(0, probe=False)
         self._probe_ticket = ticket(0, probe=True)
         self.reopen_at: float | None = None
+        self.leased = False
+        self.probe_limit = 0
         self.probes_in_flight = 0
         self.probe_successes = 0
         self._consecutive = 0
@@ -204,7 +245,7 @@ class Circuit:
     def accepting(self) -> bool:
         """Whether :meth:`try_acquire` would hand out a ticket without a timer firing."""
         state = self.state
-        return state is _C or (state is _H and self.probes_in_flight < self.policy.permitted_probes)
+        return state is _C or (state is _H and self.probes_in_flight < self.probe_limit)
 
     @property
     def ejected(self) -> bool:
@@ -247,12 +288,12 @@ class Circuit:
             return self._closed_ticket
         if state is _O:
             reopen_at = self.reopen_at
-            if reopen_at is None or now < reopen_at:
+            if reopen_at is None or now < reopen_at or self.leased:
                 return IneligibleReason.OPEN
             self._move(Cause.COOLDOWN_ELAPSED, now)
             state = _H
         if state is _H:
-            if self.probes_in_flight < self.policy.permitted_probes:
+            if self.probes_in_flight < self.probe_limit:
                 self.probes_in_flight += 1
                 return self._probe_ticket
             return IneligibleReason.PROBES_TAKEN
@@ -303,8 +344,8 @@ class Circuit:
         return self._record_closed(fault, now, latency, retry_after, may_eject=may_eject)
 
     def handle_timer(self, now: float) -> Transition | None:
-        """Move OPEN -> HALF_OPEN once ``reopen_at`` has passed."""
-        if self.state is _O and self.reopen_at is not None and now >= self.reopen_at:
+        """Move OPEN -> HALF_OPEN once ``reopen_at`` has passed (never while leased)."""
+        if self.state is _O and self.reopen_at is not None and now >= self.reopen_at and not self.leased:
             return self._move(Cause.COOLDOWN_ELAPSED, now)
         return None
 
@@ -341,6 +382,80 @@ class Circuit:
         self.ejected_time = 0.0
         self.closed_at = now
         return self._move(Cause.RESET, now)
+
+    # -- fleet coordination ------------------------------------------------------------
+
+    def set_leased(self, leased: bool, now: float) -> Transition | None:  # noqa: FBT001
+        """Enter or leave leased mode (see the module docstring); not a move.
+
+        Entering it takes back the free local probe slots (probes in flight finish).
+        Leaving it hands the circuit its own slots again, and closes a half-open circuit
+        whose probes already passed the threshold, which the fleet would have closed.
+        """
+        if leased == self.leased:
+            return None
+        self.leased = leased
+        if self.state is not _H:
+            return None
+        if leased:
+            self.probe_limit = self.probes_in_flight
+            return None
+        self.probe_limit = self.policy.permitted_probes
+        if self.probe_successes >= self.policy.success_threshold:
+            return self._close_after_probes(now)
+        return None
+
+    def adopt(
+        self, target: CircuitState, now: float, *, reopen_at: float | None = None, level: int = 0
+    ) -> Transition:
+        """Move to the fleet's shared state: OPEN, HALF_OPEN or CLOSED, at a new epoch.
+
+        Args:
+            target: the shared state to mirror.
+            now: the time of the move.
+            reopen_at: for OPEN, the shared deadline in this circuit's clock (an estimate
+                the coordinator keeps fresh); used only if the circuit is unleased later.
+            level: the escalation level the fleet reached (failed rounds + 1 for OPEN and
+                HALF_OPEN), so a fallback to local decisions escalates from there.
+
+        Raises:
+            LocalProtocolError: the move is not in ``TRANSITIONS`` (for instance from
+                BLOCKED); the circuit is unchanged.
+        """
+        cause = _SHARED_CAUSE.get(target)
+        source = self.state
+        if cause is None or (source, cause) not in TRANSITIONS:
+            raise LocalProtocolError(f"illegal circuit move {source.value} --adopt {target.value}-->")
+        if target is _C:
+            self._consecutive = 0
+            self._clear_window()
+            self.ejections_in_row = 0
+            self.ejected_time = 0.0
+            self.closed_at = now
+        elif target is _O and source is not _O:
+            self.ejections += 1
+        self.level = min(max(level, 0), MAX_LEVEL)
+        return self._move(cause, now, reopen_at=reopen_at)
+
+    def retime(self, reopen_at: float) -> bool:
+        """Set an OPEN circuit's deadline to the fleet's; the same round, so not a move.
+
+        Returns False, changing nothing, if the circuit is not OPEN.
+        """
+        if self.state is not _O:
+            return False
+        self.reopen_at = reopen_at
+        return True
+
+    def grant(self, slots: int) -> bool:
+        """Add ``slots`` leased probe slots to a HALF_OPEN circuit (capped at the policy's).
+
+        Returns False, changing nothing, if the circuit is not HALF_OPEN.
+        """
+        if self.state is not _H:
+            return False
+        self.probe_limit = min(self.probe_limit + slots, self.policy.permitted_probes)
+        return True
 
     # -- internals ---------------------------------------------------------------------
 
@@ -409,7 +524,7 @@ class Circuit:
         if not retry_after:
             return None
         wait = min(retry_after, self.policy.max_retry_after)
-        return self._move(Cause.RETRY_AFTER, now, reopen_at=now + wait)
+        return self._move(Cause.RETRY_AFTER, now, reopen_at=now + wait, retry_after=wait)
 
     def _eject(self, cause: Cause, now: float, retry_after: float | None) -> Transition:
         """Open with escalation (from CLOSED or after a failed probe), or retire."""
@@ -418,8 +533,9 @@ class Circuit:
         if self.state is _C:
             self.level = escalation.decayed(self.level, now - self.closed_at)
         wait = escalation.jittered(self.level, self._unit())
-        if retry_after:
-            wait = max(wait, min(retry_after, policy.max_retry_after))
+        honoured = min(retry_after, policy.max_retry_after) if retry_after else None
+        if honoured is not None:
+            wait = max(wait, honoured)
         self.level = min(self.level + 1, MAX_LEVEL)
         self.ejections += 1
         self.ejections_in_row += 1
@@ -430,21 +546,18 @@ class Circuit:
             or (cap.max_ejected_time is not None and self.ejected_time > cap.max_ejected_time)
         ):
             return self._move(Cause.HARD_CAP, now)
-        return self._move(cause, now, reopen_at=now + wait)
+        return self._move(cause, now, reopen_at=now + wait, retry_after=honoured)
 
     def _record_probe(self, fault: Fault | None, now: float, retry_after: float | None) -> Transition | None:
         if fault is None:
             self.probe_successes += 1
+            if self.leased:
+                # The slot was one fleet lease, now spent; the fleet counts the success.
+                self.probe_limit -= 1
+                return None
             if self.probe_successes < self.policy.success_threshold:
                 return None
-            if self.policy.escalation.reset_on_success:
-                self.level = 0
-            self.ejections_in_row = 0
-            self.ejected_time = 0.0
-            self.closed_at = now
-            self._consecutive = 0
-            self._clear_window()
-            return self._move(Cause.PROBE_SUCCEEDED, now)
+            return self._close_after_probes(now)
         if fault is Fault.SUSPECT or fault is Fault.FATAL:
             return self._eject(Cause.PROBE_FAILED, now, retry_after)
         if fault is Fault.PERMANENT:
@@ -453,7 +566,19 @@ class Circuit:
             return self._retry_after_open(now, retry_after)
         return None  # CALLER
 
-    def _move(self, cause: Cause, now: float, *, reopen_at: float | None = None) -> Transition:
+    def _close_after_probes(self, now: float) -> Transition:
+        if self.policy.escalation.reset_on_success:
+            self.level = 0
+        self.ejections_in_row = 0
+        self.ejected_time = 0.0
+        self.closed_at = now
+        self._consecutive = 0
+        self._clear_window()
+        return self._move(Cause.PROBE_SUCCEEDED, now)
+
+    def _move(
+        self, cause: Cause, now: float, *, reopen_at: float | None = None, retry_after: float | None = None
+    ) -> Transition:
         source = self.state
         target = TRANSITIONS.get((source, cause))
         if target is None:
@@ -465,5 +590,14 @@ class Circuit:
         self._probe_ticket = ticket(epoch, probe=True)
         self.probes_in_flight = 0
         self.probe_successes = 0
+        self.probe_limit = (0 if self.leased else self.policy.permitted_probes) if target is _H else 0
         self.reopen_at = reopen_at if target is _O else None
-        return Transition(source=source, target=target, cause=cause, epoch=epoch, at=now, reopen_at=self.reopen_at)
+        return Transition(
+            source=source,
+            target=target,
+            cause=cause,
+            epoch=epoch,
+            at=now,
+            reopen_at=self.reopen_at,
+            retry_after=retry_after,
+        )

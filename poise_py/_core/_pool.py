@@ -27,6 +27,7 @@ from ._state import FAULT_INDEX, SATURATED, EndpointState, sat_add
 
 TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
 IdleHook: TypeAlias = Callable[[EndpointState], None]
+ProbeHook: TypeAlias = Callable[[EndpointState], None]
 
 _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
     AdminStatus.AUTO: None,
@@ -96,6 +97,8 @@ class Pool:
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
         self.suppressed_ejections = 0
+        self.on_probe_result: ProbeHook | None = None
+        """Called after a current-epoch probe result that moved nothing (coordination)."""
 
     # -- membership --------------------------------------------------------------------
 
@@ -302,6 +305,8 @@ class Pool:
             self._moved(state, transition)
         elif ticket.probe:
             self._sync(state)
+            if self.on_probe_result is not None and ticket.epoch == circuit.epoch:
+                self.on_probe_result(state)
 
     def cancel(self, state: EndpointState, ticket: Ticket) -> None:
         """Release a permit that ended without an outcome. No window changes."""
@@ -372,7 +377,47 @@ class Pool:
         self._moved(state, transition)
         return True
 
+    # -- fleet coordination ------------------------------------------------------------
+
+    def adopt(
+        self, state: EndpointState, target: CircuitState, now: float, *, reopen_at: float | None, level: int
+    ) -> Transition:
+        """Move one circuit to the fleet's shared state (see :meth:`Circuit.adopt`)."""
+        transition = state.circuit.adopt(target, now, reopen_at=reopen_at, level=level)
+        self._moved(state, transition)
+        return transition
+
+    def retime(self, state: EndpointState, reopen_at: float) -> None:
+        """Move an OPEN circuit's deadline to the fleet's (see :meth:`Circuit.retime`)."""
+        circuit = state.circuit
+        if circuit.retime(reopen_at) and not circuit.leased:
+            self._arm(state)
+
+    def grant(self, state: EndpointState, slots: int) -> bool:
+        """Hand leased probe slots to a HALF_OPEN circuit; False if it is not HALF_OPEN."""
+        granted = state.circuit.grant(slots)
+        if granted:
+            self._sync(state)
+        return granted
+
+    def set_leased(self, state: EndpointState, leased: bool, now: float) -> None:  # noqa: FBT001
+        """Enter or leave leased mode; leaving it re-arms the circuit's own OPEN timer."""
+        circuit = state.circuit
+        transition = circuit.set_leased(leased, now)
+        if transition is not None:
+            self._moved(state, transition)
+            return
+        if not leased and circuit.state is _OPEN:
+            self._arm(state)
+        self._sync(state)
+
     # -- internals ---------------------------------------------------------------------
+
+    def _arm(self, state: EndpointState) -> None:
+        circuit = state.circuit
+        if circuit.reopen_at is not None:
+            self._seq += 1
+            heapq.heappush(self._deadlines, (circuit.reopen_at, self._seq, state, circuit.epoch))
 
     def _moved(self, state: EndpointState, transition: Transition) -> None:
         if transition.target is _OPEN and transition.reopen_at is not None:
@@ -409,6 +454,11 @@ class Pool:
     def available_count(self) -> int:
         """How many endpoints may take a permit now."""
         return len(self._available)
+
+    @property
+    def may_eject(self) -> bool:
+        """Whether ``max_ejection_percent`` allows one more circuit to be ejected now."""
+        return self._ejected < self._allowance
 
     @property
     def ejected_count(self) -> int:

@@ -1,0 +1,203 @@
+"""The Lua scripts of :class:`RedisStorage`: one per operation, each atomic on the server.
+
+They transcribe :class:`~poise_py._coordination._memory.InMemoryStorage`. Every script
+reads the server clock with ``TIME`` (the only clock that decides OPEN -> HALF_OPEN),
+touches exactly one key (so any hash tag works under Redis Cluster; the namespace tag
+also lets :data:`READ` take many keys in one call), stamps the caller's protocol version
+on what it writes, and answers with the whole record. Numbers travel as strings
+(``%.17g``), because Redis would truncate a Lua number reply to an integer.
+
+``window`` is :meth:`poise_py.Escalation.window` line by line, clamp included: the cap
+is decided in log space before any power is built, and the count saturates at 2**53, so
+no argument and no count can produce an infinite or absurd wait.
+"""
+
+from __future__ import annotations
+
+PRELUDE = r"""
+if redis.replicate_commands then redis.replicate_commands() end
+local proto = tonumber(ARGV[1])
+local retention = tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local CAP = 9007199254740992
+local FIELDS = {'state', 'version', 'opened_at', 'reopen_at', 'failed_rounds',
+                'probes_permitted', 'probes_remaining', 'probes_completed', 'protocol_version'}
+
+local function num(v, default)
+  if v then return tonumber(v) end
+  return default
+end
+
+local function finite(x)
+  return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
+end
+
+local function load(key)
+  local f = redis.call('HMGET', key, unpack(FIELDS))
+  return {
+    key = key,
+    state = f[1] or 'closed',
+    version = num(f[2], 0),
+    opened_at = num(f[3], nil),
+    reopen_at = num(f[4], nil),
+    failed_rounds = num(f[5], 0),
+    probes_permitted = num(f[6], 0),
+    probes_remaining = num(f[7], 0),
+    probes_completed = num(f[8], 0),
+    protocol_version = num(f[9], 0),
+  }
+end
+
+-- The failed-round count protocol 2 trusts: only a protocol-2 writer's.
+local function rounds(r)
+  if r.protocol_version >= 2 then return r.failed_rounds end
+  return 0
+end
+
+local function fmt(x)
+  if x == nil then return '' end
+  return string.format('%.17g', x)
+end
+
+local function answer(applied, r)
+  local failed = 0
+  if proto >= 2 then failed = rounds(r) end
+  return {applied and 1 or 0, r.state, fmt(r.version), fmt(r.opened_at), fmt(r.reopen_at), fmt(failed),
+          fmt(r.probes_permitted), fmt(r.probes_remaining), fmt(r.probes_completed),
+          fmt(r.protocol_version), fmt(now)}
+end
+
+local function save(r, state_change)
+  if state_change then r.version = r.version + 1 end
+  local failed = r.failed_rounds
+  r.protocol_version = proto
+  local args = {'state', r.state, 'version', fmt(r.version),
+                'probes_permitted', fmt(r.probes_permitted), 'probes_remaining', fmt(r.probes_remaining),
+                'probes_completed', fmt(r.probes_completed), 'protocol_version', fmt(proto)}
+  -- Protocol 1 neither counts nor resets; stamping protocol 2 vouches for the count.
+  if proto >= 2 then
+    table.insert(args, 'failed_rounds')
+    table.insert(args, fmt(failed))
+  end
+  redis.call('HSET', r.key, unpack(args))
+  if r.opened_at then redis.call('HSET', r.key, 'opened_at', fmt(r.opened_at))
+  else redis.call('HDEL', r.key, 'opened_at') end
+  if r.reopen_at then redis.call('HSET', r.key, 'reopen_at', fmt(r.reopen_at))
+  else redis.call('HDEL', r.key, 'reopen_at') end
+  local keep = retention
+  if r.reopen_at and r.reopen_at > now then keep = keep + (r.reopen_at - now) end
+  redis.call('PEXPIRE', r.key, math.ceil(keep * 1000))
+  return answer(true, r)
+end
+
+-- Escalation.window, clamp included (see the module docstring of poise_py._core._ejection).
+local function window(n, base, maximum, linear, multiplier)
+  if n <= 0 then return base end
+  if linear then
+    if n + 1 >= maximum / base then return maximum end
+    return math.min(base * (n + 1), maximum)
+  end
+  local growth = n * math.log(multiplier)
+  if growth >= math.log(maximum) - math.log(base) then return maximum end
+  if growth < 700 then return math.min(base * multiplier ^ n, maximum) end
+  return math.min(math.exp(math.log(base) + growth), maximum)
+end
+"""
+
+READ = r"""
+local out = {}
+for i, key in ipairs(KEYS) do out[i] = answer(false, load(key)) end
+return out
+"""
+
+TRIP_OPEN = r"""
+local expected = tonumber(ARGV[3])
+local base, maximum = tonumber(ARGV[4]), tonumber(ARGV[5])
+local linear, multiplier = ARGV[6] == '1', tonumber(ARGV[7])
+local jitter, unit, minimum = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+if not (finite(base) and finite(maximum) and finite(multiplier) and finite(jitter) and finite(unit)
+        and finite(minimum) and base > 0 and maximum >= base and multiplier > 1
+        and jitter >= 0 and jitter < 1 and unit >= 0 and unit < 1 and minimum >= 0) then
+  return redis.error_reply('poise: invalid open wait')
+end
+local r = load(KEYS[1])
+if r.version ~= expected or r.state == 'open' then return answer(false, r) end
+local failed = rounds(r)
+if proto >= 2 and r.state == 'half_open' then failed = math.min(failed + 1, CAP) end
+local wait = base
+if proto >= 2 then wait = window(math.min(failed, CAP), base, maximum, linear, multiplier) end
+if jitter > 0 then wait = wait * (1 + jitter * (2 * unit - 1)) end
+wait = math.max(math.min(wait, maximum), minimum)
+r.state = 'open'
+r.failed_rounds = failed
+r.opened_at = now
+r.reopen_at = now + wait
+r.probes_permitted, r.probes_remaining, r.probes_completed = 0, 0, 0
+return save(r, true)
+"""
+
+BEGIN_HALF_OPEN = r"""
+local expected, permitted, lease = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+if not (finite(permitted) and permitted >= 1 and finite(lease) and lease > 0) then
+  return redis.error_reply('poise: invalid probe budget')
+end
+local r = load(KEYS[1])
+if r.version ~= expected or r.state == 'closed' or now < (r.reopen_at or 0) then
+  return answer(false, r)
+end
+r.failed_rounds = rounds(r)
+r.state = 'half_open'
+r.reopen_at = now + lease
+r.probes_permitted, r.probes_remaining, r.probes_completed = permitted, permitted, 0
+return save(r, true)
+"""
+
+LEASE_PROBE = r"""
+local expected = tonumber(ARGV[3])
+local r = load(KEYS[1])
+if r.version ~= expected or r.state ~= 'half_open' or r.probes_remaining <= 0
+   or now >= (r.reopen_at or 0) then
+  return answer(false, r)
+end
+r.failed_rounds = rounds(r)
+r.probes_remaining = r.probes_remaining - 1
+return save(r, false)
+"""
+
+REPORT_PROBE = r"""
+local expected, report = tonumber(ARGV[3]), ARGV[4]
+if report ~= 'succeeded' and report ~= 'released' then
+  return redis.error_reply('poise: invalid probe report')
+end
+local r = load(KEYS[1])
+if r.version ~= expected or r.state ~= 'half_open' then return answer(false, r) end
+r.failed_rounds = rounds(r)
+if report == 'succeeded' then
+  r.probes_completed = r.probes_completed + 1
+else
+  r.probes_remaining = math.min(r.probes_remaining + 1, r.probes_permitted)
+end
+return save(r, false)
+"""
+
+CLOSE = r"""
+local expected = tonumber(ARGV[3])
+local r = load(KEYS[1])
+if r.version ~= expected or r.state ~= 'half_open' then return answer(false, r) end
+r.state = 'closed'
+r.failed_rounds = 0
+r.opened_at, r.reopen_at = nil, nil
+r.probes_permitted, r.probes_remaining, r.probes_completed = 0, 0, 0
+return save(r, true)
+"""
+
+SCRIPTS = {
+    "read": READ,
+    "trip_open": TRIP_OPEN,
+    "begin_half_open_if_elapsed": BEGIN_HALF_OPEN,
+    "lease_probe": LEASE_PROBE,
+    "report_probe": REPORT_PROBE,
+    "close": CLOSE,
+}
+"""Each operation's script body; :data:`PRELUDE` is prepended to each."""

@@ -1,0 +1,243 @@
+"""The storage protocol for shared circuits: what crosses the wire, and nothing more.
+
+Theory of operation
+-------------------
+A fleet shares one record per endpoint. The record carries *mechanism*: the state
+(CLOSED, OPEN, HALF_OPEN), a ``version`` that every state change increments, the
+storage-clock times ``opened_at`` and ``reopen_at``, the count of consecutive failed
+half-open rounds, the round's probe budget, and the protocol version of its last writer.
+*Policy* (when to trip, how many probes, how long to wait) stays in the Python core and
+travels as arguments.
+
+Every operation is atomic and fenced by ``expected_version``: it applies only if the
+record is still at the version the caller last saw, and it always answers with the
+record as it now is (:class:`Reply`), so a refused caller learns the news in the same
+round trip. The storage's own clock is the only one that decides OPEN -> HALF_OPEN:
+:meth:`Storage.trip_open` fixes the deadline once, in storage time, from the failed-round
+count it holds (design C of seed 002, with design A's arithmetic and its clamp), and
+:meth:`Storage.begin_half_open_if_elapsed` only compares. No instance passes a wait that
+the storage would trust later, which is why stale reads cannot shorten a round.
+
+Protocol versions:
+
+- 1: stored deadline, constant open wait (``Escalation.base``, jittered), no
+  failed-round count.
+- 2: adds ``failed_rounds`` (incremented by a trip from HALF_OPEN, left alone by a trip
+  from CLOSED, reset by close) and the escalated, clamped wait computed by the storage.
+
+Versions are additive. Every version stores ``reopen_at`` and every version's half-open
+check reads only that, so in a mixed fleet a round lasts what the instance that tripped
+it decided, and every instance honours it. ``docs/coordination.md`` gives the rules.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from .._core._circuit import CircuitState
+from .._core._ejection import Backoff, Escalation
+from .._errors import ConfigError
+
+PROTOCOL_VERSION = 2
+"""The newest protocol this library speaks."""
+
+MIN_PROTOCOL_VERSION = 1
+"""The oldest protocol this library can run a fleet on."""
+
+BACKOFF_PROTOCOL_VERSION = 2
+"""The first protocol whose storage escalates the open wait by failed rounds."""
+
+FAILED_ROUNDS_CAP = 2**53
+"""``failed_rounds`` saturates here (exact in a Lua double); the wait is capped long before."""
+
+SHARED_STATES = frozenset({CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN})
+
+
+class ProbeReport(enum.Enum):
+    """What :meth:`Storage.report_probe` tells the storage about one leased probe."""
+
+    SUCCEEDED = "succeeded"
+    """The probe's call succeeded: ``probes_completed`` grows."""
+    RELEASED = "released"
+    """The lease went unused (cancelled, or the instance left the round): back to the budget."""
+
+
+def _check_state(
+    instance: SharedState, attribute: attrs.Attribute[CircuitState], value: CircuitState
+) -> None:
+    if value not in SHARED_STATES:
+        raise ConfigError("SharedState.state", f"must be CLOSED, OPEN or HALF_OPEN, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class SharedState:
+    """One endpoint's shared circuit record, as the storage last answered.
+
+    Attributes:
+        state: CLOSED, OPEN or HALF_OPEN.
+        version: incremented by every state change (trip, half-open round, close); the
+            fence for every operation. 0 for an endpoint the storage has no record of.
+        opened_at: storage time of the trip that opened the current episode's round.
+        reopen_at: storage time at which OPEN may become HALF_OPEN; in HALF_OPEN, the time
+            at which the round's unreported leases lapse and a new round may begin.
+        failed_rounds: consecutive half-open rounds that failed (protocol 2; always 0 in
+            a CLOSED record and under protocol 1).
+        probes_permitted: the round's probe budget, fleet-wide.
+        probes_remaining: leases still to give in the round.
+        probes_completed: successful probes reported in the round.
+        protocol_version: the protocol of the record's last writer; 0 if there is none.
+        storage_time: the storage's clock when it answered, to translate the times above
+            into an instance's own clock.
+    """
+
+    state: CircuitState = attrs.field(default=CircuitState.CLOSED, validator=_check_state)
+    version: int = 0
+    opened_at: float | None = None
+    reopen_at: float | None = None
+    failed_rounds: int = 0
+    probes_permitted: int = 0
+    probes_remaining: int = 0
+    probes_completed: int = 0
+    protocol_version: int = 0
+    storage_time: float = 0.0
+
+    def remaining(self, time: float | None = None) -> float:
+        """Seconds from ``time`` (default: when the storage answered) to ``reopen_at``; 0 if past."""
+        if self.reopen_at is None:
+            return 0.0
+        return max(0.0, self.reopen_at - (self.storage_time if time is None else time))
+
+
+@attrs.frozen
+class Reply:
+    """The answer to every fenced operation.
+
+    Attributes:
+        applied: whether the operation changed the record (the version matched and the
+            move was legal; for a lease, whether a slot was granted).
+        state: the record after the operation, applied or not.
+    """
+
+    applied: bool
+    state: SharedState
+
+
+@attrs.frozen(kw_only=True)
+class OpenWait:
+    """The open-wait policy a trip hands the storage; the storage does the arithmetic.
+
+    Attributes:
+        escalation: base, maximum, backoff shape, multiplier and jitter, validated by
+            :class:`~poise_py.Escalation`. Protocol 1 uses ``base`` only.
+        unit: the caller's uniform draw in [0, 1) for the jitter, so one seeded rng
+            drives a run.
+        minimum: a floor in seconds (a server's capped Retry-After), applied after jitter.
+    """
+
+    escalation: Escalation
+    unit: float = 0.5
+    minimum: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.escalation, Escalation):
+            raise ConfigError("OpenWait.escalation", f"must be an Escalation, got {self.escalation!r}")
+        u = self.unit
+        if isinstance(u, bool) or not isinstance(u, int | float) or not 0.0 <= u < 1.0:
+            raise ConfigError("OpenWait.unit", f"must be in [0, 1), got {u!r}")
+        m = self.minimum
+        if isinstance(m, bool) or not isinstance(m, int | float) or not 0.0 <= m < math.inf:
+            raise ConfigError("OpenWait.minimum", f"must be a finite number >= 0, got {m!r}")
+
+    @property
+    def escalates(self) -> bool:
+        """Whether the wait can grow with failed rounds (``maximum > base``)."""
+        return self.escalation.maximum > self.escalation.base
+
+    def duration(self, failed_rounds: int, protocol_version: int = PROTOCOL_VERSION) -> float:
+        """The open wait in seconds after ``failed_rounds`` failed rounds, as a storage computes it.
+
+        This is the reference the Lua scripts transcribe: the core's clamped
+        :meth:`Escalation.window`, the jitter, the cap, then the floor.
+        """
+        esc = self.escalation
+        level = min(max(failed_rounds, 0), FAILED_ROUNDS_CAP) if protocol_version >= 2 else 0
+        return max(esc.jittered(level, self.unit), float(self.minimum))
+
+    def lua_args(self) -> list[str]:
+        """The arguments the Redis scripts take, as exact decimal strings."""
+        esc = self.escalation
+        return [
+            repr(float(esc.base)),
+            repr(float(esc.maximum)),
+            "1" if esc.backoff is Backoff.LINEAR else "0",
+            repr(float(esc.multiplier)),
+            repr(float(esc.jitter)),
+            repr(float(self.unit)),
+            repr(float(self.minimum)),
+        ]
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """Shared circuit records for a fleet: mechanism only, atomic, fenced by version.
+
+    ``key`` is the endpoint id; a storage maps it into its own namespace. Every method
+    may raise :class:`~poise_py.CoordinationError` (its subclass
+    :class:`~poise_py.CoordinationUnavailable` when the backend cannot be reached); the
+    balancer never lets either reach a caller.
+    """
+
+    @property
+    def protocol_version(self) -> int:
+        """The protocol this storage speaks (see the module docstring)."""
+        ...
+
+    async def read(self, keys: Sequence[str]) -> list[SharedState]:
+        """The records of ``keys``, in order (CLOSED at version 0 where there is none)."""
+        ...
+
+    async def trip_open(self, key: str, *, expected_version: int, wait: OpenWait) -> Reply:
+        """CLOSED or HALF_OPEN -> OPEN until ``now + wait.duration(failed_rounds)``.
+
+        From HALF_OPEN ``failed_rounds`` grows by one first; from CLOSED it is left as it
+        is. Refused if the record is already OPEN or not at ``expected_version``.
+        """
+        ...
+
+    async def begin_half_open_if_elapsed(
+        self, key: str, *, expected_version: int, permitted: int, lease: float
+    ) -> Reply:
+        """OPEN -> HALF_OPEN once the storage clock reaches ``reopen_at``.
+
+        Also starts a fresh round when a HALF_OPEN round's leases lapsed. The round gets
+        ``permitted`` probe leases and lapses ``lease`` seconds later.
+        """
+        ...
+
+    async def lease_probe(self, key: str, *, expected_version: int) -> Reply:
+        """Take one probe lease from the round's budget; ``applied`` says whether one was given."""
+        ...
+
+    async def report_probe(self, key: str, *, expected_version: int, report: ProbeReport) -> Reply:
+        """Report a leased probe's success, or give an unused lease back."""
+        ...
+
+    async def close(self, key: str, *, expected_version: int) -> Reply:
+        """HALF_OPEN -> CLOSED; ``failed_rounds`` resets to 0 (protocol 2)."""
+        ...
+
+
+def check_protocol_version(knob: str, value: int) -> int:
+    """Validate a protocol version a storage is asked to speak."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(knob, f"must be an int, got {value!r}")
+    if not MIN_PROTOCOL_VERSION <= value <= PROTOCOL_VERSION:
+        raise ConfigError(
+            knob, f"this library speaks protocols {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}, got {value}"
+        )
+    return value

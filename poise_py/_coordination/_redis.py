@@ -1,0 +1,193 @@
+"""Shared circuits in Redis, through coredis (anyio-native: Trio and asyncio alike).
+
+Importing this module does not import coredis; constructing a :class:`RedisStorage` does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._core._circuit import CircuitState
+from .._endpoint import check_duration
+from .._errors import ConfigError, CoordinationError, CoordinationUnavailable
+from ._lua import PRELUDE, SCRIPTS
+from ._protocol import PROTOCOL_VERSION, OpenWait, ProbeReport, Reply, SharedState, check_protocol_version
+
+if TYPE_CHECKING:
+    from coredis.commands.script import Script
+
+_STATES = {s.value: s for s in (CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN)}
+_NAMESPACE = re.compile(r"[^{}\s]+")
+
+
+class RedisStorage:
+    """Shared circuit records in Redis: one hash per endpoint, one Lua script per operation.
+
+    The Redis server's ``TIME`` is the only clock that decides OPEN -> HALF_OPEN. Keys are
+    ``{namespace}:circuit:<endpoint id>``: the namespace is the hash tag, so a fleet's
+    keys share one Redis Cluster slot (every script touches one key; the batch read takes
+    them all in one call). Scripts are sent by SHA and reloaded when the server lost them
+    (a restart).
+
+    The caller owns the client's lifecycle, as coredis 6 requires::
+
+        client = coredis.Redis(host="127.0.0.1", port=6379)
+        lb = poise.LoadBalancer(..., coordination=poise.Coordination(poise.RedisStorage(client)))
+        async with client, lb:
+            ...
+
+    Args:
+        client: a ``coredis.Redis`` or ``coredis.RedisCluster``.
+        namespace: separates fleets sharing one Redis; no braces or spaces.
+        retention: seconds a record outlives its last write (plus any open wait), so the
+            records of endpoints that left do not pile up. An expired record reads as
+            CLOSED, which is also how the fleet recovers from a Redis that lost its keys.
+        protocol_version: the protocol to speak, 1 or 2 (default: the newest); pin 1 to
+            run beside instances of a release that speaks only 1.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        namespace: str = "poise",
+        retention: float = 86_400.0,
+        protocol_version: int = PROTOCOL_VERSION,
+    ) -> None:
+        import coredis  # noqa: PLC0415 - coredis is an optional extra: imported on use only
+        import coredis.exceptions  # noqa: PLC0415
+
+        if not isinstance(client, coredis.Redis | coredis.RedisCluster):
+            raise ConfigError(
+                "RedisStorage.client", f"must be a coredis Redis or RedisCluster, got {client!r}"
+            )
+        if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
+            raise ConfigError(
+                "RedisStorage.namespace",
+                f"must be a non-empty string without braces or spaces, got {namespace!r}",
+            )
+        self._client = client
+        self._namespace = namespace
+        self._retention = repr(check_duration("RedisStorage.retention", retention))
+        self._protocol = check_protocol_version("RedisStorage.protocol_version", protocol_version)
+        self._scripts: dict[str, Script[Any]] = {
+            name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()
+        }
+        self._unavailable: tuple[type[BaseException], ...] = (
+            coredis.exceptions.ConnectionError,
+            coredis.exceptions.TimeoutError if hasattr(coredis.exceptions, "TimeoutError") else TimeoutError,
+            coredis.exceptions.BusyLoadingError,
+            coredis.exceptions.ClusterDownError,
+            coredis.exceptions.TryAgainError,
+            OSError,
+            TimeoutError,
+        )
+        self._errors: tuple[type[BaseException], ...] = (coredis.exceptions.RedisError,)
+
+    @property
+    def protocol_version(self) -> int:
+        """The protocol this storage speaks."""
+        return self._protocol
+
+    @property
+    def namespace(self) -> str:
+        """The fleet's namespace (the keys' hash tag)."""
+        return self._namespace
+
+    def key(self, endpoint_id: str) -> str:
+        """The Redis key of one endpoint's record."""
+        return f"{{{self._namespace}}}:circuit:{endpoint_id}"
+
+    # -- the protocol ------------------------------------------------------------------
+
+    async def read(self, keys: Sequence[str]) -> list[SharedState]:
+        """The records of ``keys``, in order, in one call (CLOSED at version 0 where there is none)."""
+        if not keys:
+            return []
+        raw = await self._run("read", [self.key(k) for k in keys], [])
+        if not isinstance(raw, list) or len(raw) != len(keys):
+            raise CoordinationError(f"read: unexpected reply {raw!r}")
+        return [_parse(item).state for item in raw]
+
+    async def trip_open(self, key: str, *, expected_version: int, wait: OpenWait) -> Reply:
+        """CLOSED or HALF_OPEN -> OPEN; see :meth:`Storage.trip_open`."""
+        if not isinstance(wait, OpenWait):
+            raise CoordinationError(f"wait must be an OpenWait, got {wait!r}")
+        return _parse(
+            await self._run("trip_open", [self.key(key)], [str(expected_version), *wait.lua_args()])
+        )
+
+    async def begin_half_open_if_elapsed(
+        self, key: str, *, expected_version: int, permitted: int, lease: float
+    ) -> Reply:
+        """OPEN (or a lapsed HALF_OPEN round) -> a fresh HALF_OPEN round once the server clock says so."""
+        args = [str(expected_version), str(permitted), repr(float(lease))]
+        return _parse(await self._run("begin_half_open_if_elapsed", [self.key(key)], args))
+
+    async def lease_probe(self, key: str, *, expected_version: int) -> Reply:
+        """Take one lease from the round's budget."""
+        return _parse(await self._run("lease_probe", [self.key(key)], [str(expected_version)]))
+
+    async def report_probe(self, key: str, *, expected_version: int, report: ProbeReport) -> Reply:
+        """Count a leased probe's success, or take an unused lease back."""
+        if not isinstance(report, ProbeReport):
+            raise CoordinationError(f"report must be a ProbeReport, got {report!r}")
+        return _parse(await self._run("report_probe", [self.key(key)], [str(expected_version), report.value]))
+
+    async def close(self, key: str, *, expected_version: int) -> Reply:
+        """HALF_OPEN -> CLOSED, resetting ``failed_rounds`` (protocol 2)."""
+        return _parse(await self._run("close", [self.key(key)], [str(expected_version)]))
+
+    # -- internals ---------------------------------------------------------------------
+
+    async def _run(self, name: str, keys: list[str], args: list[str]) -> object:
+        try:
+            return await self._scripts[name](keys=keys, args=[str(self._protocol), self._retention, *args])
+        except self._unavailable as exc:
+            raise CoordinationUnavailable(f"redis {name}: {exc!r}") from exc
+        except self._errors as exc:
+            raise CoordinationError(f"redis {name}: {exc!r}") from exc
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, str):
+        return value
+    raise CoordinationError(f"unexpected value in a reply: {value!r}")
+
+
+def _number(value: object) -> float | None:
+    text = _text(value)
+    return None if text == "" else float(text)
+
+
+def _count(value: object) -> int:
+    number = _number(value)
+    return 0 if number is None else int(number)
+
+
+def _parse(raw: object) -> Reply:
+    if not isinstance(raw, list) or len(raw) != 11:
+        raise CoordinationError(f"unexpected reply {raw!r}")
+    applied, state, version, opened_at, reopen_at, failed, permitted, remaining, completed, proto, now = raw
+    circuit = _STATES.get(_text(state))
+    if circuit is None:
+        raise CoordinationError(f"unknown shared state {state!r}")
+    return Reply(
+        applied=applied == 1,
+        state=SharedState(
+            state=circuit,
+            version=_count(version),
+            opened_at=_number(opened_at),
+            reopen_at=_number(reopen_at),
+            failed_rounds=_count(failed),
+            probes_permitted=_count(permitted),
+            probes_remaining=_count(remaining),
+            probes_completed=_count(completed),
+            protocol_version=_count(proto),
+            storage_time=_number(now) or 0.0,
+        ),
+    )
