@@ -9,6 +9,8 @@ import trio.testing
 
 from tests.helpers import FakeClock
 
+pytest_plugins = ["tests.coordination_support"]
+
 
 @pytest.fixture(
     params=[

@@ -29,7 +29,9 @@ again, and publishes what they did in the meantime.
 
 ``max_ejection_percent`` still holds: a shared OPEN or HALF_OPEN is not mirrored into a
 CLOSED circuit when this balancer's pool has no ejection left (``declined``); the
-decision is retaken at every poll.
+decision is retaken at every poll. Likewise an active health check that un-ejects a
+circuit here exempts this balancer from the shared episode until the fleet closes it or
+this balancer's own traffic trips it again (``held``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ T = TypeVar("T")
 _C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
 _LOCAL_ONLY = frozenset({CircuitState.BLOCKED, CircuitState.RETIRED})
 _TRIP_RETRIES = 3
+_SHARED_CAUSES = frozenset({Cause.SHARED_OPEN, Cause.SHARED_HALF_OPEN, Cause.SHARED_CLOSED})
 
 
 class _Down(Exception):  # noqa: N818 - internal signal, never escapes
@@ -73,6 +76,8 @@ class _Link:
     deadline: float | None = None
     reported: int = 0
     trip: Transition | None = None
+    held: bool = False
+    """A passing active check exempted this circuit from the shared episode until it closes."""
 
 
 class Coordinator:
@@ -115,8 +120,13 @@ class Coordinator:
 
     def moved(self, state: EndpointState, transition: Transition) -> None:
         """A circuit moved: remember a trip's details and wake the sync task."""
-        if transition.target is _O:
-            self._link(state).trip = transition
+        cause = transition.cause
+        if transition.target is _O and cause not in _SHARED_CAUSES:
+            link = self._link(state)
+            link.trip = transition
+            link.held = False
+        elif cause is Cause.HEALTH_CHECK_PASSED:
+            self._link(state).held = True
         self._mark(state)
 
     def probe_result(self, state: EndpointState) -> None:
@@ -175,7 +185,9 @@ class Coordinator:
                 await wake.wait()
             if wake.is_set():
                 self._wake = anyio.Event()
-            await self.sync()
+            # With an injected clock nothing happens in the background because time passed
+            # (like the balancer's own timers): deadlines wait for an explicit sync.
+            await self.sync(timers=self._backend)
 
     async def aclose(self) -> None:
         """Give back the leases this balancer holds and has not used (best effort)."""
@@ -199,11 +211,12 @@ class Coordinator:
 
     # -- the sync ------------------------------------------------------------------------
 
-    async def sync(self, *, poll: bool = False) -> None:
+    async def sync(self, *, poll: bool = False, timers: bool = True) -> None:
         """Do everything pending now: publish, report, poll, begin rounds, lease probes.
 
-        ``poll`` forces a read of every record. Never raises for a storage failure: the
-        balancer falls back to its local circuits instead.
+        ``poll`` forces a read of every record; ``timers=False`` leaves due deadlines and
+        leases for later. Never raises for a storage failure: the balancer falls back to
+        its local circuits instead.
         """
         lock = self._lock
         assert lock is not None  # noqa: S101 - set by start()
@@ -214,14 +227,14 @@ class Coordinator:
                         return  # one attempt per sync_interval while the storage is away
                     await self._resync()
                 else:
-                    await self._step(poll=poll or self._clock() >= self._next_poll)
+                    await self._step(poll=poll or (timers and self._clock() >= self._next_poll), timers=timers)
             except _Down as exc:
                 self._fall_back(str(exc))
             except Exception as exc:  # a bug in a storage or here: never take the balancer down
                 logger.exception("poise_py: coordination failed unexpectedly")
                 self._fall_back(repr(exc))
 
-    async def _step(self, *, poll: bool) -> None:
+    async def _step(self, *, poll: bool, timers: bool = True) -> None:
         while self._dirty:
             state = next(iter(self._dirty))
             del self._dirty[state]
@@ -233,7 +246,8 @@ class Coordinator:
                     raise
         if poll or self._new_members:
             await self._poll(everyone=poll)
-        await self._due()
+        if timers:
+            await self._due()
 
     async def _resync(self) -> None:
         members = list(self._pool.members.values())
@@ -434,8 +448,11 @@ class Coordinator:
         target = view.state
         now = self._clock()
         if target is _C:
+            link.held = False
             if c.state is not _C:
                 self._adopt(state, link, _C, now)
+        elif c.state is _C and link.held:
+            pass  # an active check passed here: this balancer sits the episode out
         elif c.state is _C and not self._pool.may_eject:
             if link.version != view.version:
                 self.declined = sat_add(self.declined)

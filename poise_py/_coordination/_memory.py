@@ -134,12 +134,7 @@ class InMemoryStorage:
         self.operations["lease_probe"] += 1
         now = self._clock()
         r = self._load(key)
-        if (
-            r.version != expected_version
-            or r.state is not _H
-            or r.probes_remaining <= 0
-            or now >= (r.reopen_at or 0.0)
-        ):
+        if r.version != expected_version or r.state is not _H or r.probes_remaining <= 0 or now >= (r.reopen_at or 0.0):
             return self._refuse(r, now)
         return self._save(key, r, now, probes_remaining=r.probes_remaining - 1)
 

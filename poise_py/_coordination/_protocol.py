@@ -67,9 +67,7 @@ class ProbeReport(enum.Enum):
     """The lease went unused (cancelled, or the instance left the round): back to the budget."""
 
 
-def _check_state(
-    instance: SharedState, attribute: attrs.Attribute[CircuitState], value: CircuitState
-) -> None:
+def _check_state(instance: SharedState, attribute: attrs.Attribute[CircuitState], value: CircuitState) -> None:
     if value not in SHARED_STATES:
         raise ConfigError("SharedState.state", f"must be CLOSED, OPEN or HALF_OPEN, got {value!r}")
 

@@ -60,9 +60,7 @@ class RedisStorage:
         import coredis.exceptions  # noqa: PLC0415
 
         if not isinstance(client, coredis.Redis | coredis.RedisCluster):
-            raise ConfigError(
-                "RedisStorage.client", f"must be a coredis Redis or RedisCluster, got {client!r}"
-            )
+            raise ConfigError("RedisStorage.client", f"must be a coredis Redis or RedisCluster, got {client!r}")
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigError(
                 "RedisStorage.namespace",
@@ -115,9 +113,7 @@ class RedisStorage:
         """CLOSED or HALF_OPEN -> OPEN; see :meth:`Storage.trip_open`."""
         if not isinstance(wait, OpenWait):
             raise CoordinationError(f"wait must be an OpenWait, got {wait!r}")
-        return _parse(
-            await self._run("trip_open", [self.key(key)], [str(expected_version), *wait.lua_args()])
-        )
+        return _parse(await self._run("trip_open", [self.key(key)], [str(expected_version), *wait.lua_args()]))
 
     async def begin_half_open_if_elapsed(
         self, key: str, *, expected_version: int, permitted: int, lease: float

@@ -405,9 +405,7 @@ class Circuit:
             return self._close_after_probes(now)
         return None
 
-    def adopt(
-        self, target: CircuitState, now: float, *, reopen_at: float | None = None, level: int = 0
-    ) -> Transition:
+    def adopt(self, target: CircuitState, now: float, *, reopen_at: float | None = None, level: int = 0) -> Transition:
         """Move to the fleet's shared state: OPEN, HALF_OPEN or CLOSED, at a new epoch.
 
         Args:

@@ -1,0 +1,314 @@
+"""Fixtures for fleet coordination: a real redis-server, and fleets of balancers over a storage.
+
+A *fleet* hands out storages that share one set of records (an :class:`InMemoryStorage`
+family, or one Redis namespace), builds balancers on them with a shared :class:`FakeClock`,
+and moves time, breaks and repairs the storage the same way for both, so each behavioural
+test runs unchanged against the embedded storage and against a real Redis.
+
+Time: balancers read the fake clock; the in-memory storage reads the same clock; for
+Redis, whose clock is the server's ``TIME``, :meth:`Fleet.advance` rewinds every stored
+time of the namespace by the same amount, which is what the passing of time looks like to
+the scripts. Syncs are driven explicitly (``sync_interval`` is an hour), so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import pytest
+
+import poise_py as poise
+from poise_py._coordination._protocol import OpenWait, ProbeReport, Reply, SharedState
+from tests.helpers import FakeClock, endpoints
+from tests.redis_server import RedisServer, RedisServerError
+
+REAL_CLOCK_BACKENDS = [
+    pytest.param(("trio", {}), id="trio"),
+    pytest.param(("asyncio", {}), id="asyncio"),
+]
+"""``anyio_backend`` params for tests doing real I/O: an autojumping MockClock would fire
+every timeout while a socket waits, so these run on real clocks (and never sleep)."""
+
+ESCALATING = poise.CircuitPolicy(
+    consecutive_failures=1,
+    minimum_volume=1,
+    permitted_probes=1,
+    escalation=poise.Escalation(base=30.0, maximum=300.0, jitter=0.0),
+    max_ejection_percent=100.0,
+)
+"""One strike trips; open waits 30, 60, 120, 240, 300 s with no jitter."""
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server for the session (installed from Debian's package if missing)."""
+    try:
+        server = RedisServer(tmp_path_factory.mktemp("redis"))
+        server.start()
+    except RedisServerError as exc:
+        pytest.fail(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own, to kill and restart."""
+    try:
+        server = RedisServer(tmp_path / "redis")
+        server.start()
+    except RedisServerError as exc:
+        pytest.fail(str(exc))
+    yield server
+    server.stop()
+
+
+class FlakyStorage:
+    """Wraps a storage; ``down`` makes every call fail, ``slow`` makes every call hang."""
+
+    def __init__(self, inner: poise.InMemoryStorage, fleet: MemoryFleet) -> None:
+        self._inner = inner
+        self._fleet = fleet
+
+    @property
+    def protocol_version(self) -> int:
+        return self._inner.protocol_version
+
+    async def _gate(self) -> None:
+        if self._fleet.down:
+            raise poise.CoordinationUnavailable("storage is down (test)")
+        if self._fleet.slow_calls:
+            await anyio.sleep_forever()
+
+    async def read(self, keys: Sequence[str]) -> list[SharedState]:
+        await self._gate()
+        return await self._inner.read(keys)
+
+    async def trip_open(self, key: str, *, expected_version: int, wait: OpenWait) -> Reply:
+        await self._gate()
+        return await self._inner.trip_open(key, expected_version=expected_version, wait=wait)
+
+    async def begin_half_open_if_elapsed(
+        self, key: str, *, expected_version: int, permitted: int, lease: float
+    ) -> Reply:
+        await self._gate()
+        return await self._inner.begin_half_open_if_elapsed(
+            key, expected_version=expected_version, permitted=permitted, lease=lease
+        )
+
+    async def lease_probe(self, key: str, *, expected_version: int) -> Reply:
+        await self._gate()
+        return await self._inner.lease_probe(key, expected_version=expected_version)
+
+    async def report_probe(self, key: str, *, expected_version: int, report: ProbeReport) -> Reply:
+        await self._gate()
+        return await self._inner.report_probe(key, expected_version=expected_version, report=report)
+
+    async def close(self, key: str, *, expected_version: int) -> Reply:
+        await self._gate()
+        return await self._inner.close(key, expected_version=expected_version)
+
+
+class Fleet(abc.ABC):
+    """Balancers sharing one storage; see the module docstring."""
+
+    kind = "fleet"
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Fleet:
+        await self._stack.__aenter__()
+        self._reader = await self.storage()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        return await self._stack.__aexit__(et, e, tb)
+
+    @abc.abstractmethod
+    async def storage(self, *, protocol_version: int = poise.PROTOCOL_VERSION) -> poise.Storage:
+        """A storage on the fleet's shared records, speaking ``protocol_version``."""
+
+    async def balancer(self, *ids: str, **kwargs: Any) -> poise.LoadBalancer:
+        """A running balancer over ``ids`` (default one endpoint, "a"), closed with the fleet."""
+        lb = await self.build(*ids, **kwargs)
+        await self._stack.enter_async_context(lb)
+        return lb
+
+    async def build(
+        self,
+        *ids: str,
+        circuit: poise.CircuitPolicy = ESCALATING,
+        protocol_version: int = poise.PROTOCOL_VERSION,
+        seed: int = 0,
+        timeout: float = 5.0,
+        probe_lease: float = 30.0,
+        **kwargs: Any,
+    ) -> poise.LoadBalancer:
+        """A balancer over ``ids`` (default one endpoint, "a"), not started."""
+        storage = await self.storage(protocol_version=protocol_version)
+        coordination = poise.Coordination(storage, sync_interval=3600.0, timeout=timeout, probe_lease=probe_lease)
+        lb = poise.LoadBalancer(
+            poise.StaticDiscovery(endpoints(*(ids or ("a",)))),
+            circuit=circuit,
+            clock=self.clock,
+            seed=seed,
+            coordination=coordination,
+            **kwargs,
+        )
+        return lb
+
+    async def balancers(self, n: int, *ids: str, **kwargs: Any) -> list[poise.LoadBalancer]:
+        return [await self.balancer(*ids, seed=i, **kwargs) for i in range(n)]
+
+    async def sync(self, *lbs: poise.LoadBalancer) -> None:
+        """Let each balancer do everything pending with a full poll, twice over.
+
+        The second pass lets every balancer see what the others published in the first.
+        """
+        for _ in range(2 if len(lbs) > 1 else 1):
+            for lb in lbs:
+                coordinator = lb._coordinator
+                assert coordinator is not None
+                await coordinator.sync(poll=True)
+
+    async def advance(self, seconds: float) -> None:
+        """Move the balancers' clock and the storage's clock forward together."""
+        self.clock.advance(seconds)
+
+    async def record(self, key: str = "a") -> SharedState:
+        """The shared record of ``key``, read with a storage of this fleet's own."""
+        return (await self._reader.read([key]))[0]
+
+    @abc.abstractmethod
+    async def flush(self) -> None:
+        """Lose every record (Redis: FLUSHALL)."""
+
+    @abc.abstractmethod
+    async def kill(self) -> None:
+        """Make the storage unreachable."""
+
+    @abc.abstractmethod
+    async def restart(self) -> None:
+        """Make it reachable again, empty (no persistence)."""
+
+    @abc.abstractmethod
+    def slow(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """While inside, every storage call hangs (past any timeout)."""
+
+
+class MemoryFleet(Fleet):
+    """A fleet over one :class:`InMemoryStorage` (per-instance protocol views of it)."""
+
+    kind = "memory"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.base = poise.InMemoryStorage(clock=self.clock)
+        self.down = False
+        self.slow_calls = False
+
+    async def storage(self, *, protocol_version: int = poise.PROTOCOL_VERSION) -> poise.Storage:
+        return FlakyStorage(poise.InMemoryStorage.sharing(self.base, protocol_version=protocol_version), self)
+
+    async def flush(self) -> None:
+        self.base.clear()
+
+    async def kill(self) -> None:
+        self.down = True
+
+    async def restart(self) -> None:
+        self.base.clear()  # a restart without persistence loses the records
+        self.down = False
+
+    @contextlib.asynccontextmanager
+    async def slow(self) -> AsyncIterator[None]:
+        self.slow_calls = True
+        try:
+            yield
+        finally:
+            self.slow_calls = False
+
+
+class RedisFleet(Fleet):
+    """A fleet over one Redis namespace, one coredis client per storage."""
+
+    kind = "redis"
+
+    def __init__(self, server: RedisServer) -> None:
+        super().__init__()
+        self.server = server
+        self.namespace = f"t{uuid.uuid4().hex[:12]}"
+
+    async def storage(self, *, protocol_version: int = poise.PROTOCOL_VERSION) -> poise.Storage:
+        import coredis
+
+        client: coredis.Redis[bytes] = coredis.Redis(
+            host="127.0.0.1", port=self.server.port, connect_timeout=2.0, stream_timeout=5.0
+        )
+        await self._stack.enter_async_context(client)
+        return poise.RedisStorage(client, namespace=self.namespace, protocol_version=protocol_version)
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        self.server.command("EVAL", _REWIND, "0", f"{{{self.namespace}}}:circuit:*", repr(float(seconds)))
+
+    async def flush(self) -> None:
+        assert self.server.command("FLUSHALL") == "OK"
+
+    async def kill(self) -> None:
+        self.server.stop()
+
+    async def restart(self) -> None:
+        self.server.start()
+
+    @contextlib.asynccontextmanager
+    async def slow(self) -> AsyncIterator[None]:
+        self.server.command("CLIENT", "PAUSE", "60000", "WRITE")  # scripts wait; UNPAUSE still runs
+        try:
+            yield
+        finally:
+            self.server.command("CLIENT", "UNPAUSE")
+
+
+_REWIND = """
+local cursor = '0'
+repeat
+  local found = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = found[1]
+  for _, key in ipairs(found[2]) do
+    for _, field in ipairs({'opened_at', 'reopen_at'}) do
+      local t = redis.call('HGET', key, field)
+      if t then redis.call('HSET', key, field, string.format('%.17g', tonumber(t) - tonumber(ARGV[2]))) end
+    end
+  end
+until cursor == '0'
+return 1
+"""
+"""Age every record of a namespace: the scripts compare these times with ``TIME``."""
+
+
+@pytest.fixture(params=["memory", "redis"])
+def fleet(request: pytest.FixtureRequest) -> Fleet:
+    """A fleet over the embedded storage, then over the session's Redis."""
+    if request.param == "redis":
+        return RedisFleet(request.getfixturevalue("redis_server"))
+    return MemoryFleet()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def faulty_fleet(request: pytest.FixtureRequest) -> Fleet:
+    """A fleet whose storage the test may kill, restart, flush and slow down."""
+    if request.param == "redis":
+        return RedisFleet(request.getfixturevalue("private_redis"))
+    return MemoryFleet()
