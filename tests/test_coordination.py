@@ -12,7 +12,7 @@ import pytest
 
 import poise_py as poise
 from poise_py import CircuitState, Fault
-from tests.coordination_support import ESCALATING, REAL_CLOCK_BACKENDS, Fleet
+from tests.coordination_support import REAL_CLOCK_BACKENDS, Fleet, open_wait
 
 pytestmark = pytest.mark.anyio
 
@@ -75,8 +75,7 @@ async def test_a_local_trip_is_published_and_every_balancer_mirrors_it(fleet: Fl
         record = await fleet.record()
         assert record.state is CircuitState.OPEN
         assert record.failed_rounds == 0
-        assert record.reopen_at is not None and record.opened_at is not None
-        assert record.reopen_at - record.opened_at == pytest.approx(30.0, abs=1e-3)
+        assert open_wait(record) == pytest.approx(30.0, abs=1e-3)
         assert stats(lbs[0]).published == 1
         await fleet.sync(*lbs[1:])
         for lb in lbs[1:]:
@@ -155,8 +154,7 @@ async def test_failed_rounds_grow_the_shared_wait_and_a_passing_probe_resets_the
             record = await fleet.record()
             assert record.state is CircuitState.OPEN
             assert record.failed_rounds == expected_rounds
-            assert record.reopen_at is not None and record.opened_at is not None
-            wait = record.reopen_at - record.opened_at
+            wait = open_wait(record)
             assert wait == pytest.approx(expected_wait, abs=1e-3)
             assert all(state_of(lb) is CircuitState.OPEN for lb in lbs)
             # each mirror escalates from the fleet's count if it must fall back later
@@ -173,8 +171,7 @@ async def test_failed_rounds_grow_the_shared_wait_and_a_passing_probe_resets_the
         await fail(lbs[1])  # a new episode starts from the base wait
         await fleet.sync(lbs[1])
         record = await fleet.record()
-        assert record.reopen_at is not None and record.opened_at is not None
-        assert record.reopen_at - record.opened_at == pytest.approx(30.0, abs=1e-3)
+        assert open_wait(record) == pytest.approx(30.0, abs=1e-3)
 
 
 async def test_probe_successes_are_counted_fleet_wide_before_the_circuit_closes(fleet: Fleet) -> None:
@@ -348,19 +345,17 @@ async def test_protocol_1_and_protocol_2_balancers_share_a_fleet_predictably(fle
             probe.fail(Fault.SUSPECT)
             await fleet.sync(lb)
             await fleet.sync(old, new)
-            record = await fleet.record()
-            assert record.opened_at is not None and record.reopen_at is not None
-            return record
+            return await fleet.record()
 
         record = await round_failed_by(new, 30.0)  # protocol 2 trips from HALF_OPEN: counts
         assert (record.failed_rounds, record.protocol_version) == (1, 2)
-        assert record.reopen_at - record.opened_at == pytest.approx(60.0, abs=1e-3)
+        assert open_wait(record) == pytest.approx(60.0, abs=1e-3)
         record = await round_failed_by(old, 60.0)  # protocol 1 honoured the 60 s, trips for 30 s
         assert (record.failed_rounds, record.protocol_version) == (0, 1)
-        assert record.reopen_at - record.opened_at == pytest.approx(30.0, abs=1e-3)
+        assert open_wait(record) == pytest.approx(30.0, abs=1e-3)
         record = await round_failed_by(new, 30.0)  # the count restarts after a protocol-1 write
         assert (record.failed_rounds, record.protocol_version) == (1, 2)
-        assert record.reopen_at - record.opened_at == pytest.approx(60.0, abs=1e-3)
+        assert open_wait(record) == pytest.approx(60.0, abs=1e-3)
         # protocol 1 cannot shorten a protocol-2 round: the deadline is stored, not recomputed
         await fleet.advance(59.0)
         await fleet.sync(old)

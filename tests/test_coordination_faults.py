@@ -1,0 +1,121 @@
+"""The coordinator's storage fails: fall back, resynchronise, recover from lost keys.
+
+Against the embedded storage (a wrapper that fails or hangs on demand) and against a
+redis-server of the test's own, killed, restarted, flushed and paused for real.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+import poise_py as poise
+from poise_py import CircuitState, Fault
+from tests.coordination_support import COREDIS_LEAK, REAL_CLOCK_BACKENDS, Fleet
+from tests.test_coordination import fail, grab_probes, state_of, stats
+
+pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings(COREDIS_LEAK)]
+
+
+@pytest.fixture(params=REAL_CLOCK_BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+async def test_a_dead_storage_falls_back_to_local_circuits_and_no_call_fails(
+    faulty_fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    fleet = faulty_fleet
+    changes: list[poise.CoordinationChange] = []
+    async with fleet:
+        lb = await fleet.balancer("a", "b", timeout=2.0, on_change=changes.append)
+        await fleet.sync(lb)
+        assert stats(lb).connected
+        await fleet.kill()
+        with caplog.at_level(logging.WARNING, logger="poise_py"):
+            dead = await fail(lb)  # a local trip: publishing it fails
+            await fleet.sync(lb)
+            await fleet.sync(lb)
+            for _ in range(20):  # every call still gets an answer from the local circuits
+                async with lb.acquire() as permit:
+                    assert permit.endpoint.id != dead
+        s = stats(lb)
+        assert not s.connected
+        assert s.fallbacks == 1
+        assert s.failures >= 1
+        warnings = [r for r in caplog.records if "coordination storage unavailable" in r.getMessage()]
+        assert len(warnings) == 1, "one log line per outage, not one per failed call"
+        assert [c.connected for c in changes] == [False]
+        assert changes[0].reason
+        # the local circuit now decides alone: it half-opens on its own timer and probes
+        await fleet.advance(30.0)
+        snap = lb.snapshot()[dead]
+        assert snap.state is CircuitState.HALF_OPEN
+        permit = lb.acquire(exclude=("b" if dead == "a" else "a",))
+        assert permit.probe
+        permit.succeed()
+        assert state_of(lb, dead) is CircuitState.CLOSED
+
+
+async def test_a_storage_that_comes_back_is_resynchronised_and_told_what_happened(faulty_fleet: Fleet) -> None:
+    fleet = faulty_fleet
+    async with fleet:
+        lbs = await fleet.balancers(2, timeout=2.0)
+        await fleet.sync(*lbs)
+        await fleet.kill()
+        await fail(lbs[0])  # tripped while nobody could hear
+        await fleet.sync(*lbs)
+        assert not stats(lbs[0]).connected
+        assert state_of(lbs[1]) is CircuitState.CLOSED
+        await fleet.restart()
+        await fleet.sync(*lbs)
+        assert all(stats(lb).connected for lb in lbs)
+        assert stats(lbs[0]).resyncs == 1
+        record = await fleet.record()
+        assert record.state is CircuitState.OPEN, "the trip made during the outage was published"
+        assert state_of(lbs[1]) is CircuitState.OPEN
+        await fleet.advance(30.0)
+        await fleet.sync(*lbs)
+        assert len(grab_probes(lbs)) == 1, "leased again: one probe fleet-wide"
+
+
+async def test_a_storage_that_lost_its_keys_recovers_to_closed_without_errors(faulty_fleet: Fleet) -> None:
+    fleet = faulty_fleet
+    async with fleet:
+        lbs = await fleet.balancers(3)
+        await fail(lbs[0])
+        await fleet.sync(*lbs)
+        await fleet.advance(30.0)
+        await fleet.sync(*lbs)
+        (probe,) = grab_probes(lbs)  # a round in progress, a lease held
+        await fleet.flush()
+        await fleet.sync(*lbs)
+        assert all(state_of(lb) is CircuitState.CLOSED for lb in lbs)
+        assert all(stats(lb).failures == 0 for lb in lbs)
+        assert all(stats(lb).connected for lb in lbs)
+        probe.fail(Fault.SUSPECT)  # from the forgotten round: stale
+        await fleet.sync(*lbs)
+        assert (await fleet.record()).state is CircuitState.CLOSED
+        await fail(lbs[2])  # and the fleet works as before
+        await fleet.sync(*lbs)
+        record = await fleet.record()
+        assert record.state is CircuitState.OPEN
+        assert record.version == 1
+        assert all(state_of(lb) is CircuitState.OPEN for lb in lbs)
+
+
+async def test_a_storage_slower_than_the_timeout_is_treated_as_down(faulty_fleet: Fleet) -> None:
+    fleet = faulty_fleet
+    async with fleet:
+        lb = await fleet.balancer(timeout=0.2)
+        await fleet.sync(lb)
+        async with fleet.slow():
+            await fail(lb)
+            await fleet.sync(lb)  # waits 0.2 s for the storage, then falls back
+            assert not stats(lb).connected
+            assert state_of(lb) is CircuitState.OPEN
+        await fleet.sync(lb)
+        assert stats(lb).connected
+        assert (await fleet.record()).state is CircuitState.OPEN
