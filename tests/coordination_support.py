@@ -280,9 +280,8 @@ class RedisFleet(Fleet):
 
     async def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
-        if not self.server.running:
-            return  # its records are lost anyway
-        self.server.command("EVAL", _REWIND, "0", f"{{{self.namespace}}}:circuit:*", repr(float(seconds)))
+        if self.server.running:  # else its records are lost anyway
+            rewind(self.server, self.namespace, seconds)
 
     async def flush(self) -> None:
         assert self.server.command("FLUSHALL") == "OK"
@@ -316,7 +315,11 @@ repeat
 until cursor == '0'
 return 1
 """
-"""Age every record of a namespace: the scripts compare these times with ``TIME``."""
+
+
+def rewind(server: RedisServer, namespace: str, seconds: float) -> None:
+    """Age every record of a namespace by ``seconds``: the scripts compare these times with ``TIME``."""
+    server.command("EVAL", _REWIND, "0", f"{{{namespace}}}:circuit:*", repr(float(seconds)))
 
 
 @pytest.fixture(params=["memory", "redis"])
