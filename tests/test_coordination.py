@@ -174,6 +174,17 @@ async def test_failed_rounds_grow_the_shared_wait_and_a_passing_probe_resets_the
         assert open_wait(record) == pytest.approx(30.0, abs=1e-3)
 
 
+async def test_a_retry_after_opens_the_shared_circuit_for_exactly_that_long(fleet: Fleet) -> None:
+    async with fleet:
+        lbs = await fleet.balancers(2)
+        lbs[0].acquire().fail(Fault.TRANSIENT, retry_after=45.0)
+        await fleet.sync(*lbs)
+        record = await fleet.record()
+        assert record.state is CircuitState.OPEN
+        assert open_wait(record) == pytest.approx(45.0, abs=1e-3)
+        assert state_of(lbs[1]) is CircuitState.OPEN
+
+
 async def test_probe_successes_are_counted_fleet_wide_before_the_circuit_closes(fleet: Fleet) -> None:
     policy = poise.CircuitPolicy(
         consecutive_failures=1,

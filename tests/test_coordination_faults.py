@@ -61,8 +61,9 @@ async def test_a_dead_storage_falls_back_to_local_circuits_and_no_call_fails(
 
 async def test_a_storage_that_comes_back_is_resynchronised_and_told_what_happened(faulty_fleet: Fleet) -> None:
     fleet = faulty_fleet
+    changes: list[poise.CoordinationChange] = []
     async with fleet:
-        lbs = await fleet.balancers(2, timeout=2.0)
+        lbs = await fleet.balancers(2, timeout=2.0, on_change=changes.append)
         await fleet.sync(*lbs)
         await fleet.kill()
         await fail(lbs[0])  # tripped while nobody could hear
@@ -73,6 +74,7 @@ async def test_a_storage_that_comes_back_is_resynchronised_and_told_what_happene
         await fleet.sync(*lbs)
         assert all(stats(lb).connected for lb in lbs)
         assert stats(lbs[0]).resyncs == 1
+        assert [c.connected for c in changes] == [False, False, True, True]  # two balancers
         record = await fleet.record()
         assert record.state is CircuitState.OPEN, "the trip made during the outage was published"
         assert state_of(lbs[1]) is CircuitState.OPEN
