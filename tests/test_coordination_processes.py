@@ -54,6 +54,7 @@ def run_round(server: RedisServer, namespace: str, verdict: str) -> list[int]:
         )
         for i in range(WORKERS)
     ]
+
     def kill_all() -> None:
         for p in procs:
             p.kill()
