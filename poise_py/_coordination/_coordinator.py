@@ -104,8 +104,7 @@ class Coordinator:
         self._wake: anyio.Event | None = None
         self._lock: anyio.Lock | None = None
         self._connected = False
-        self._outage = True  # until the first sync succeeds: log the first failure once
-        self._announced = False
+        self._announced = False  # an outage was logged (the first failure, at start-up too)
         self._next_poll = 0.0
         self.operations = 0
         self.failures = 0
@@ -167,7 +166,6 @@ class Coordinator:
         self._wake = anyio.Event()
         self._lock = anyio.Lock()
         self._connected = False
-        self._outage = True
         self._announced = False
         await self.sync(poll=True)
 
@@ -260,7 +258,7 @@ class Coordinator:
             self.resyncs = sat_add(self.resyncs)
             logger.info("poise_py: coordination storage reachable again; circuits resynchronised")
             self._notify(CoordinationChange(connected=True, at=now))
-        self._outage = self._announced = False
+        self._announced = False
         for state, view in zip(members, views, strict=True):
             if state.live:
                 self._pool.set_leased(state, True, now)

@@ -74,8 +74,7 @@ class RedisStorage:
             name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()
         }
         self._unavailable: tuple[type[BaseException], ...] = (
-            coredis.exceptions.ConnectionError,
-            coredis.exceptions.TimeoutError if hasattr(coredis.exceptions, "TimeoutError") else TimeoutError,
+            coredis.exceptions.ConnectionError,  # BusyLoadingError and ProtocolError among them
             coredis.exceptions.BusyLoadingError,
             coredis.exceptions.ClusterDownError,
             coredis.exceptions.TryAgainError,
