@@ -17,22 +17,25 @@ import anyio
 
 from ._classify import Classifier, default_classifier
 from ._core._circuit import Transition
-from ._core._directory import Directory
 from ._core._policies import Policy, PowerOfTwoChoices
 from ._core._policy import CircuitPolicy
 from ._core._pool import Pool
-from ._core._state import EndpointState
+from ._core._state import EndpointState, sat_add
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
-from ._endpoint import AdminStatus
+from ._endpoint import AdminStatus, check_duration
 from ._errors import (
     AlreadyRunning,
     ConfigError,
     DiscoveryClosed,
     DiscoveryError,
+    EmptyPool,
     IneligibleReason,
+    NoEligibleEndpoints,
     NotRunning,
+    ReadyTimeout,
 )
 from ._faults import Classification, Fault
+from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._permit import Permit
 from ._snapshot import PoolSnapshot, pool_snapshot
 
@@ -67,6 +70,14 @@ class LoadBalancer:
         clock: a function returning seconds; default is the running backend's clock (what
             ``anyio.current_time()`` returns), so Trio's ``MockClock`` drives every timer.
         seed: seeds the balancer's rng (jitter, random picks) for reproducible runs.
+        endpoint_factory: builds per-endpoint state (a connection pool, a client) for
+            each endpoint as it joins, sync or async; reach it as ``permit.resource``.
+            If it raises, the update is rejected whole (:class:`EndpointFactoryError`).
+            A result with a ``ready()`` method keeps its endpoint out until it passes.
+        endpoint_close: releases what the factory built (sync or async), when an
+            endpoint has left and its last permit has ended, when an update is rejected
+            after building, and when the balancer stops.
+        readiness: timeout and quarantine cool-down of ``ready()`` checks.
     """
 
     def __init__(
@@ -79,6 +90,9 @@ class LoadBalancer:
         on_discovery_end: DiscoveryEnd = DiscoveryEnd.LAST_KNOWN_GOOD,
         clock: Callable[[], float] | None = None,
         seed: int | None = None,
+        endpoint_factory: EndpointFactory | None = None,
+        endpoint_close: EndpointClose | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
         if not hasattr(discovery, "__aiter__"):
             raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
@@ -94,6 +108,12 @@ class LoadBalancer:
             raise ConfigError("on_discovery_end", f"must be a DiscoveryEnd, got {on_discovery_end!r}")
         if clock is not None and not callable(clock):
             raise ConfigError("clock", f"must be callable, got {clock!r}")
+        if endpoint_factory is not None and not callable(endpoint_factory):
+            raise ConfigError("endpoint_factory", f"must be callable, got {endpoint_factory!r}")
+        if endpoint_close is not None and not callable(endpoint_close):
+            raise ConfigError("endpoint_close", f"must be callable, got {endpoint_close!r}")
+        if readiness is not None and not isinstance(readiness, Readiness):
+            raise ConfigError("readiness", f"must be a Readiness, got {readiness!r}")
         self._discovery = discovery
         self._classifier = classifier
         self._on_end = on_discovery_end
@@ -101,7 +121,10 @@ class LoadBalancer:
         self._clock: Callable[[], float] = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
         self._pool = Pool(circuit, policy, self._rng, on_transition=self._on_transition)
-        self._directory = Directory()
+        self._membership = Membership(
+            self._pool, factory=endpoint_factory, close=endpoint_close, readiness=readiness
+        )
+        self._discovery_over = False
         self._cancelled: type[BaseException] = BaseException
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running = False
@@ -120,13 +143,16 @@ class LoadBalancer:
         self._cancelled = anyio.get_cancelled_exc_class()
         self._closed = False
         self._timer_wakeup = anyio.Event()
+        self._discovery_over = False
         source = self._discovery
+        await self._membership.prepare()
         if isinstance(source, StaticDiscovery):
             # Applied before the task group exists: a bad list raises with nothing to undo.
-            self._apply(source.snapshot, ignore_duplicate=True)
+            await self._apply(source.snapshot, ignore_duplicate=True)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._membership.attach(task_group)
         self._running = True
         self._serving = True
         if not isinstance(source, StaticDiscovery):
@@ -148,6 +174,9 @@ class LoadBalancer:
         finally:
             self._running = self._serving = False
             self._task_group = None
+            self._membership.detach()
+            self._membership.notify()
+            await self._membership.aclose()
 
     @property
     def running(self) -> bool:
@@ -169,6 +198,8 @@ class LoadBalancer:
         Raises:
             EmptyPool: discovery has delivered no endpoint yet.
             NoEligibleEndpoints: endpoints exist but none may take a permit now.
+            ReadinessError: readiness failures quarantined every endpoint (the error names
+                the last one; the per-reason counts are on its ``__cause__``).
             DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
             NotRunning: outside ``async with lb``.
         """
@@ -176,7 +207,13 @@ class LoadBalancer:
             if not self._running:
                 raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
             raise DiscoveryClosed("the discovery stream ended and the balancer fails closed")
-        state, ticket, now = self._pool.select(self._clock, key, exclude)
+        try:
+            state, ticket, now = self._pool.select(self._clock, key, exclude)
+        except NoEligibleEndpoints as exc:
+            readiness = self._membership.readiness_error()
+            if readiness is None:
+                raise
+            raise readiness from exc
         return Permit(self, state, ticket, now)
 
     def _succeed(self, permit: Permit) -> None:
@@ -242,35 +279,85 @@ class LoadBalancer:
 
     # -- background --------------------------------------------------------------------
 
-    def _apply(self, update: Update, *, ignore_duplicate: bool = False) -> None:
-        pool = self._pool
-        live = {i: s.endpoint for i, s in pool.members.items()}
-        if ignore_duplicate and self._directory.revision == update.revision:
+    async def _apply(self, update: Update, *, ignore_duplicate: bool = False) -> None:
+        membership = self._membership
+        if ignore_duplicate and membership.revision == update.revision:
             return
-        changes = self._directory.plan(update, live)
-        pool.apply(self._clock(), added=changes.added, removed=changes.removed, updated=changes.updated)
-        self._directory.commit(changes)
+        await membership.apply(update, self._clock)
         self._closed = False
         self._serving = self._running
 
+    def _discovery_rejected(self, update: object, exc: DiscoveryError) -> None:
+        """Report a rejected update (the one place to hang a DiscoveryRejected event)."""
+        self.discovery_rejected = sat_add(self.discovery_rejected)
+        revision = getattr(update, "revision", None)
+        logger.warning("poise_py: discovery update (revision %r) rejected: %s", revision, exc)
+
     async def _run_discovery(self, source: AsyncIterable[Update]) -> None:
+        iterator = aiter(source)
+        # A Subscription can restart from a full snapshot once we reject one of its updates.
+        resync: Callable[[], None] | None = getattr(iterator, "resync", None)
         try:
-            async for update in source:
+            async for update in iterator:
                 try:
-                    self._apply(update)
+                    await self._apply(update)
                 except DiscoveryError as exc:
-                    self.discovery_rejected += 1
-                    logger.warning("poise_py: discovery update rejected: %s", exc)
+                    self._discovery_rejected(update, exc)
+                    if resync is not None:
+                        resync()
         except Exception:
             logger.exception("poise_py: the discovery stream failed")
         self._discovery_ended()
 
     def _discovery_ended(self) -> None:
+        self._discovery_over = True
         if self._on_end is DiscoveryEnd.FAIL_CLOSED:
-            pool = self._pool
-            pool.apply(self._clock(), removed=list(pool.members))
+            self._membership.clear(self._clock())
             self._closed = True
             self._serving = False
+            logger.warning("poise_py: the discovery stream ended; failing closed")
+        else:
+            logger.info("poise_py: the discovery stream ended; serving the last known good pool")
+        self._membership.notify()
+
+    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the contract's API
+        """Wait until the pool holds an endpoint that may serve (discovered, and ready if checked).
+
+        Returns at once if one already does. Raises rather than wait for what cannot come.
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+
+        Raises:
+            ReadyTimeout: nothing became usable within ``timeout``.
+            ReadinessError: readiness failures quarantined every endpoint.
+            DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
+            EmptyPool: the stream ended (last-known-good) without delivering an endpoint.
+            NotRunning: outside ``async with lb`` (also if the balancer stops meanwhile).
+        """
+        if timeout is not None:
+            timeout = check_duration("timeout", timeout, allow_zero=True)
+        membership = self._membership
+        with anyio.move_on_after(timeout):
+            while True:
+                if not self._running:
+                    raise NotRunning("wait_ready() needs a running balancer: use it inside `async with lb:`")
+                if self._closed:
+                    raise DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+                if membership.usable:
+                    return
+                readiness = membership.readiness_error()
+                if readiness is not None:
+                    raise readiness
+                if self._discovery_over and not self._pool.members:
+                    raise EmptyPool("the discovery stream ended without delivering any endpoint")
+                await membership.changed()
+        raise ReadyTimeout(f"no endpoint became usable within {timeout}s")
+
+    @property
+    def discovery_revision(self) -> int | None:
+        """The revision of the live pool, or None before the first update."""
+        return self._membership.revision
 
     async def _run_timers(self) -> None:
         pool = self._pool

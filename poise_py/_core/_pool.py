@@ -26,6 +26,7 @@ from ._policy import CircuitPolicy
 from ._state import FAULT_INDEX, SATURATED, EndpointState, sat_add
 
 TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
+DrainHook: TypeAlias = Callable[[EndpointState], None]
 
 _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
     AdminStatus.AUTO: None,
@@ -80,6 +81,8 @@ class Pool:
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
         self.suppressed_ejections = 0
+        self.on_drained: DrainHook | None = None
+        """Called when the last permit of a removed endpoint ends (to release its resource)."""
 
     # -- membership --------------------------------------------------------------------
 
@@ -195,7 +198,7 @@ class Pool:
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
         """Why ``state`` may not take a permit now, or None if it may."""
-        return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal()
+        return _ADMIN_REFUSAL[state.admin] or state.readiness or state.circuit.refusal()
 
     # -- completion --------------------------------------------------------------------
 
@@ -259,6 +262,8 @@ class Pool:
         if not state.live or ticket.epoch != circuit.epoch:
             state.stale = sat_add(state.stale)
             if not state.live:
+                if state.inflight == 0 and self.on_drained is not None:
+                    self.on_drained(state)
                 return
         before = circuit.suppressed_ejections
         transition = circuit.record(
@@ -286,6 +291,8 @@ class Pool:
             state.circuit.cancel(ticket)
             if ticket.probe:
                 self._sync(state)
+        elif n == 0 and self.on_drained is not None:
+            self.on_drained(state)
 
     def release_orphans(self) -> None:
         """Cancel the permits that were garbage-collected without a report."""
@@ -322,6 +329,11 @@ class Pool:
         self._sync(state)
         return state
 
+    def set_readiness(self, state: EndpointState, reason: IneligibleReason | None) -> None:
+        """Keep ``state`` out as NOT_READY / QUARANTINED, or (None) let its circuit decide."""
+        state.readiness = reason
+        self._sync(state)
+
     def reset_circuit(self, state: EndpointState, now: float) -> None:
         """Reset one circuit to a fresh CLOSED epoch (operator action, rediscovery)."""
         self._moved(state, state.circuit.reset(now))
@@ -341,7 +353,7 @@ class Pool:
         if ejected != state.was_ejected:
             state.was_ejected = ejected
             self._ejected += 1 if ejected else -1
-        available = circuit.accepting and _ADMIN_REFUSAL[state.admin] is None
+        available = circuit.accepting and _ADMIN_REFUSAL[state.admin] is None and state.readiness is None
         self._set_available(state, available=available)
 
     def _set_available(self, state: EndpointState, *, available: bool) -> None:

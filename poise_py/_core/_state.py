@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .._decision import Decision, DecisionMode
 from .._endpoint import AdminStatus, Endpoint
+from .._errors import IneligibleReason
 from .._faults import Fault
 from ._circuit import Circuit
 
@@ -40,6 +41,8 @@ class EndpointState:
         "live",
         "pos",
         "probes",
+        "readiness",
+        "resource",
         "stale",
         "successes",
         "was_ejected",
@@ -60,6 +63,10 @@ class EndpointState:
         self.cancellations = 0
         self.probes = 0
         self.stale = 0
+        self.readiness: IneligibleReason | None = None
+        """NOT_READY or QUARANTINED while its readiness check keeps it out, else None."""
+        self.resource: object = None
+        """What the balancer's endpoint factory built for it (``Permit.resource``)."""
 
     @property
     def id(self) -> str:
