@@ -99,10 +99,12 @@ class FileDiscovery:
 
     A new revision is published when the endpoints the file describes change (a
     formatting-only edit publishes nothing). A file that cannot be read or is malformed
-    publishes nothing either: the balancer keeps the last good pool, and the
+    publishes nothing either: the balancer keeps the last good pool, and once the problem
+    is found by two reads in a row (so a file caught half-written is not an error) the
     :class:`EndpointsFileError` is kept in :attr:`error`, logged and passed to
-    ``on_error`` once per distinct problem; the source keeps watching, so fixing the file
-    is enough. Revisions keep growing across iterations.
+    ``on_error``, once per distinct problem. The source keeps watching, so fixing the
+    file is enough. Write the file atomically (write a temporary file, then rename it)
+    to avoid even the transient read. Revisions keep growing across iterations.
 
     Args:
         path: the file.
@@ -152,28 +154,37 @@ class FileDiscovery:
     async def _stream(self) -> AsyncIterator[Update]:
         published: list[tuple[Endpoint, dict[str, Any]]] | None = None
         last: bytes | None = None
+        # A problem is reported only if the next read finds it again: a file caught
+        # half-written (truncated, then filled by a non-atomic write) is not an error.
+        suspect: EndpointsFileError | None = None
         while True:
+            data: bytes | None = None
+            problem: EndpointsFileError | None = None
             try:
                 data = await anyio.Path(self.path).read_bytes()
             except OSError as exc:
-                last = None
                 problem = EndpointsFileError(self.path, f"cannot be read: {exc.strerror or exc}")
                 problem.__cause__ = exc
+            if data is not None and data != last:
+                last = data
+                try:
+                    endpoints = parse_endpoints(data, self.format, self.path)
+                except EndpointsFileError as exc:
+                    problem = exc
+                else:
+                    self._recovered()
+                    key = _key(endpoints)
+                    if key != published:
+                        published = key
+                        self._revision += 1
+                        yield Snapshot(self._revision, endpoints)
+            elif data is not None and suspect is not None:
+                problem = suspect  # the same bad bytes as last time
+            if problem is not None and suspect is not None and str(problem) == str(suspect):
                 self._report(problem)
-            else:
-                if data != last:
-                    last = data
-                    try:
-                        endpoints = parse_endpoints(data, self.format, self.path)
-                    except EndpointsFileError as exc:
-                        self._report(exc)
-                    else:
-                        self._recovered()
-                        key = _key(endpoints)
-                        if key != published:
-                            published = key
-                            self._revision += 1
-                            yield Snapshot(self._revision, endpoints)
+            suspect = problem
+            if data is None:
+                last = None
             await anyio.sleep(self.interval)
 
     def _report(self, problem: EndpointsFileError) -> None:

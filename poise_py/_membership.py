@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
 import anyio
@@ -76,27 +76,6 @@ class Readiness:
         check_duration("Readiness.cooldown", self.cooldown)
 
 
-class _LiveView(Mapping[str, Endpoint]):
-    """``id -> endpoint`` over the pool's members, without copying them."""
-
-    __slots__ = ("_members",)
-
-    def __init__(self, members: Mapping[str, EndpointState]) -> None:
-        self._members = members
-
-    def __getitem__(self, endpoint_id: str) -> Endpoint:
-        return self._members[endpoint_id].endpoint
-
-    def __contains__(self, endpoint_id: object) -> bool:
-        return endpoint_id in self._members
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._members)
-
-    def __len__(self) -> int:
-        return len(self._members)
-
-
 def _ready_method(resource: object) -> Callable[[], object] | None:
     ready = getattr(resource, "ready", None)
     return ready if callable(ready) else None
@@ -122,7 +101,8 @@ class Membership:
     ) -> None:
         self.pool = pool
         self.directory = Directory()
-        self._live = _LiveView(pool.members)
+        self._live: dict[str, Endpoint] = {i: s.endpoint for i, s in pool.members.items()}
+        """``id -> endpoint`` of the pool's members, kept in step in O(changes) for fast diffs."""
         self._factory = factory
         self._close = close
         self._readiness = readiness or Readiness()
@@ -189,6 +169,11 @@ class Membership:
         members = pool.members
         gone = [members[i] for i in changes.removed]
         pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated)
+        live = self._live
+        for endpoint_id in changes.removed:
+            del live[endpoint_id]
+        for endpoint in (*changes.updated, *changes.added):
+            live[endpoint.id] = endpoint
         for state in gone:
             self._retire(state)
         if changes.added:
