@@ -49,9 +49,7 @@ async def timed_source(updates: list[poise.Update], costs: list[float]) -> Async
         costs.append(time.perf_counter() - start)
 
 
-async def apply_costs(
-    updates: list[poise.Update], factory: Callable[[poise.Endpoint], object] | None
-) -> list[float]:
+async def apply_costs(updates: list[poise.Update], factory: Callable[[poise.Endpoint], object] | None) -> list[float]:
     costs: list[float] = []
     lb = poise.LoadBalancer(discovery=timed_source(updates, costs), endpoint_factory=factory)
     async with lb:
@@ -148,9 +146,7 @@ async def main(repeats: int, calls: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=100_000)
     args = parser.parse_args()

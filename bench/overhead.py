@@ -2,12 +2,15 @@
 
 Run: ``python bench/overhead.py`` (Trio). Prints microseconds and ratios measured in
 this one run: each policy at 10 and 10,000 endpoints, as a multiple of the bare
-context manager, and the 10,000-endpoint cost as a multiple of the 10-endpoint cost.
+context manager, and the 10,000-endpoint cost as a multiple of the 10-endpoint cost;
+then the cost of recording outcomes with rate windows enabled, as a multiple of the
+default circuit's cost.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from types import TracebackType
@@ -68,9 +71,30 @@ async def main(iterations: int) -> None:
         for size in (10, 10_000):
             lb = make_lb(policy, size)
             async with lb:
-                cost = await best_of(lambda n, lb=lb: acquire_loop(lb, n), iterations)
+                cost = await best_of(functools.partial(acquire_loop, lb), iterations)
             small = small or cost
             print(f"{name:<22}{size:>10}{cost * 1e6:>10.3f}{cost / base:>9.2f}{cost / small:>10.2f}")
+
+    print()
+    print(f"{'circuit (RoundRobin, 10 eps)':<34}{'us/call':>10}{'x bare':>9}{'x default':>11}")
+    circuits: list[tuple[str, poise.CircuitPolicy]] = [
+        ("default (consecutive)", poise.CircuitPolicy()),
+        ("failure rate, CountWindow(100)", poise.CircuitPolicy(failure_rate=0.5)),
+        ("failure rate, TimeWindow(30s)", poise.CircuitPolicy(failure_rate=0.5, window=poise.TimeWindow())),
+        (
+            "+ slow-call rate, TimeWindow",
+            poise.CircuitPolicy(
+                failure_rate=0.5, slow_call_rate=0.5, slow_call_duration=1.0, window=poise.TimeWindow()
+            ),
+        ),
+    ]
+    default = 0.0
+    for name, circuit in circuits:
+        lb = make_lb(poise.RoundRobin(), 10, circuit)
+        async with lb:
+            cost = await best_of(functools.partial(acquire_loop, lb), iterations)
+        default = default or cost
+        print(f"{name:<34}{cost * 1e6:>10.3f}{cost / base:>9.2f}{cost / default:>11.2f}")
 
 
 if __name__ == "__main__":

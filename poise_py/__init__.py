@@ -6,15 +6,21 @@ endpoint's circuit epoch, and how the block ends is the health signal.
 
 from __future__ import annotations
 
+from . import classify as classify
+from . import probes as probes
 from ._balancer import LoadBalancer as LoadBalancer
 from ._classify import Classifier as Classifier
 from ._classify import FaultError as FaultError
 from ._classify import default_classifier as default_classifier
+from ._core._budget import RetryBudget as RetryBudget
 from ._core._circuit import Cause as Cause
 from ._core._circuit import CircuitState as CircuitState
 from ._core._ejection import Backoff as Backoff
 from ._core._ejection import Escalation as Escalation
 from ._core._ejection import HardCap as HardCap
+from ._core._health import HealthCheck as HealthCheck
+from ._core._health import HealthSnapshot as HealthSnapshot
+from ._core._health import HealthStatus as HealthStatus
 from ._core._policies import Policy as Policy
 from ._core._policies import PowerOfTwoChoices as PowerOfTwoChoices
 from ._core._policies import RoundRobin as RoundRobin
@@ -44,9 +50,11 @@ from ._errors import EndpointFactoryError as EndpointFactoryError
 from ._errors import EndpointsFileError as EndpointsFileError
 from ._errors import IneligibleReason as IneligibleReason
 from ._errors import NoEligibleEndpoints as NoEligibleEndpoints
+from ._errors import NotDraining as NotDraining
 from ._errors import NotRunning as NotRunning
 from ._errors import PermitError as PermitError
 from ._errors import PoiseError as PoiseError
+from ._errors import ProbeFailed as ProbeFailed
 from ._errors import PublisherClosed as PublisherClosed
 from ._errors import ReadinessError as ReadinessError
 from ._errors import ReadyTimeout as ReadyTimeout
@@ -61,6 +69,7 @@ from ._membership import Readiness as Readiness
 from ._permit import Permit as Permit
 from ._publisher import DiscoveryPublisher as DiscoveryPublisher
 from ._publisher import Subscription as Subscription
+from ._retry import Attempt as Attempt
 from ._snapshot import EndpointCounters as EndpointCounters
 from ._snapshot import EndpointSnapshot as EndpointSnapshot
 from ._snapshot import PoolSnapshot as PoolSnapshot

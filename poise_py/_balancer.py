@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterable, Callable, Collection, Hashable
+from collections.abc import AsyncIterable, Awaitable, Callable, Collection, Hashable
 from types import TracebackType
+from typing import Any, TypeVar
 
 import anyio
 
 from ._classify import Classifier, default_classifier
+from ._core._budget import Budget, RetryBudget
 from ._core._circuit import Transition
+from ._core._health import HealthCheck
 from ._core._policies import Policy, PowerOfTwoChoices
 from ._core._policy import CircuitPolicy
 from ._core._pool import Pool
@@ -31,15 +34,19 @@ from ._errors import (
     EmptyPool,
     IneligibleReason,
     NoEligibleEndpoints,
+    NotDraining,
     NotRunning,
     ReadyTimeout,
 )
 from ._faults import Classification, Fault
+from ._health import HealthRunner
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._permit import Permit
+from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
 
 logger = logging.getLogger("poise_py")
+T = TypeVar("T")
 
 
 def _backend_clock() -> Callable[[], float]:
@@ -48,7 +55,9 @@ def _backend_clock() -> Callable[[], float]:
     if cancelled.__module__.startswith("trio"):
         import trio  # noqa: PLC0415 - only when running on Trio
 
-        return trio.current_time
+        # The run's clock object itself (SystemClock, or a MockClock in tests): what
+        # trio.current_time() reads, without the per-call run-context lookup.
+        return trio.lowlevel.current_clock().current_time
     if cancelled is asyncio.CancelledError:
         return asyncio.get_running_loop().time
     return anyio.current_time  # pragma: no cover - another anyio backend
@@ -70,6 +79,9 @@ class LoadBalancer:
         clock: a function returning seconds; default is the running backend's clock (what
             ``anyio.current_time()`` returns), so Trio's ``MockClock`` drives every timer.
         seed: seeds the balancer's rng (jitter, random picks) for reproducible runs.
+        retry_budget: bounds the retries of :meth:`call` (default :class:`RetryBudget`).
+        health_check: active health checking (:class:`HealthCheck`), run in the
+            balancer's task group; None (default) for passive health only.
         endpoint_factory: builds per-endpoint state (a connection pool, a client) for
             each endpoint as it joins, sync or async; reach it as ``permit.resource``.
             If it raises, the update is rejected whole (:class:`EndpointFactoryError`).
@@ -90,6 +102,8 @@ class LoadBalancer:
         on_discovery_end: DiscoveryEnd = DiscoveryEnd.LAST_KNOWN_GOOD,
         clock: Callable[[], float] | None = None,
         seed: int | None = None,
+        retry_budget: RetryBudget | None = None,
+        health_check: HealthCheck | None = None,
         endpoint_factory: EndpointFactory | None = None,
         endpoint_close: EndpointClose | None = None,
         readiness: Readiness | None = None,
@@ -106,8 +120,13 @@ class LoadBalancer:
             raise ConfigError("classifier", f"must be callable, got {classifier!r}")
         if not isinstance(on_discovery_end, DiscoveryEnd):
             raise ConfigError("on_discovery_end", f"must be a DiscoveryEnd, got {on_discovery_end!r}")
+        retry_budget = RetryBudget() if retry_budget is None else retry_budget
+        if not isinstance(retry_budget, RetryBudget):
+            raise ConfigError("retry_budget", f"must be a RetryBudget, got {retry_budget!r}")
         if clock is not None and not callable(clock):
             raise ConfigError("clock", f"must be callable, got {clock!r}")
+        if health_check is not None:
+            _check_health(health_check, circuit)
         if endpoint_factory is not None and not callable(endpoint_factory):
             raise ConfigError("endpoint_factory", f"must be callable, got {endpoint_factory!r}")
         if endpoint_close is not None and not callable(endpoint_close):
@@ -120,9 +139,18 @@ class LoadBalancer:
         self._clock_arg = clock
         self._clock: Callable[[], float] = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
-        self._pool = Pool(circuit, policy, self._rng, on_transition=self._on_transition)
+        self._pool = Pool(circuit, policy, self._rng, on_transition=self._on_transition, on_idle=self._on_idle)
+        self._health: HealthRunner | None = None
+        if health_check is not None:
+            health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
+            self._health = HealthRunner(health_check, self._pool, health_rng.random)
+        self._drain_waiters: dict[EndpointState, anyio.Event] = {}
         self._membership = Membership(
-            self._pool, factory=endpoint_factory, close=endpoint_close, readiness=readiness
+            self._pool,
+            factory=endpoint_factory,
+            close=endpoint_close,
+            readiness=readiness,
+            on_change=None if self._health is None else self._health.apply,
         )
         self._discovery_over = False
         self._cancelled: type[BaseException] = BaseException
@@ -131,6 +159,8 @@ class LoadBalancer:
         self._closed = False
         self._serving = False
         self._timer_wakeup: anyio.Event | None = None
+        self._budget = Budget(retry_budget)
+        self._retries_denied = 0
         self.discovery_rejected = 0
         """Discovery updates rejected (stale, duplicate, incoherent); the stream went on."""
 
@@ -158,6 +188,8 @@ class LoadBalancer:
         if not isinstance(source, StaticDiscovery):
             task_group.start_soon(self._run_discovery, source)
         task_group.start_soon(self._run_timers)
+        if self._health is not None:
+            task_group.start_soon(self._health.run, task_group, self._clock)
         return self
 
     async def __aexit__(
@@ -168,15 +200,17 @@ class LoadBalancer:
     ) -> bool | None:
         task_group = self._task_group
         assert task_group is not None  # noqa: S101 - set by __aenter__
+        self._running = self._serving = False
+        self._task_group = None
         task_group.cancel_scope.cancel()
-        try:
-            return await task_group.__aexit__(exc_type, exc, tb)
-        finally:
-            self._running = self._serving = False
-            self._task_group = None
-            self._membership.detach()
-            self._membership.notify()
-            await self._membership.aclose()
+        # The body's exception is not the task group's business: close the group on its
+        # own (its tasks only wait and never raise), so the caller's exception propagates
+        # as itself rather than wrapped in an ExceptionGroup.
+        await task_group.__aexit__(None, None, None)
+        self._membership.detach()
+        self._membership.notify()
+        await self._membership.aclose()
+        return None
 
     @property
     def running(self) -> bool:
@@ -216,8 +250,30 @@ class LoadBalancer:
             raise readiness from exc
         return Permit(self, state, ticket, now)
 
-    def _succeed(self, permit: Permit) -> None:
-        self._pool.succeed(permit._state, permit._ticket, self._clock, permit._started)
+    async def call(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        attempts: int = 3,
+        key: Hashable | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Call ``await fn(endpoint, *args, **kwargs)``, retrying on other endpoints.
+
+        After a TRANSIENT, SUSPECT, FATAL or PERMANENT fault the next attempt goes to an
+        endpoint not yet tried; a CALLER fault is raised at once (the request is bad, not
+        the endpoint). Retries are bounded by ``attempts`` and by the balancer's retry
+        budget, so a dead pool does not multiply its load. The error raised is the last
+        real exception, carrying the attempts as ``poise_attempts`` (and a note); a
+        :class:`SelectionError` is raised only if not even the first attempt could start.
+        """
+        return await call_with_retries(self, fn, args, kwargs, attempts=attempts, key=key)
+
+    @property
+    def retries_denied(self) -> int:
+        """Retries :meth:`call` skipped because the retry budget was spent."""
+        return self._retries_denied
 
     def _finish(self, permit: Permit, fault: Fault | None, retry_after: float | None) -> None:
         now = self._clock()
@@ -260,13 +316,58 @@ class LoadBalancer:
     def set_status(self, endpoint_id: str, status: AdminStatus) -> None:
         """Set an operator status for one endpoint (KeyError if unknown).
 
-        AUTO also clears a PERMANENT block or a hard-cap retirement (a fresh circuit).
+        DRAINING and DISABLED stop new permits (in-flight ones finish: see
+        :meth:`drained`); FORCED_HEALTHY and FORCED_UNHEALTHY overrule active health. A
+        change bumps the endpoint's probe generation, so a probe in flight cannot
+        overwrite it. AUTO hands the endpoint back to fresh probes and to its circuit, and
+        also clears a PERMANENT block or a hard-cap retirement (a fresh circuit).
         """
         if not isinstance(status, AdminStatus):
             raise ConfigError("status", f"must be an AdminStatus, got {status!r}")
         state = self._pool.set_admin(endpoint_id, status)
         if status is AdminStatus.AUTO and state.circuit.refusal() in _OPERATOR_CLEARED:
             self._pool.reset_circuit(state, self._clock())
+        if self._health is not None:
+            self._health.set_admin(state, status, self._clock())
+        if status not in _DRAINS:
+            waiter = self._drain_waiters.pop(state, None)
+            if waiter is not None:
+                waiter.set()  # the waiter sees the status and raises NotDraining
+
+    async def drained(self, endpoint_id: str) -> None:
+        """Wait until a DRAINING (or DISABLED) endpoint has no permit in flight.
+
+        Returns at once if none is in flight. Typical use: ``lb.set_status(id,
+        AdminStatus.DRAINING)``, ``await lb.drained(id)``, then take the endpoint down.
+        Bound the wait with ``anyio.fail_after`` if in-flight calls may hang.
+
+        Raises:
+            KeyError: no live endpoint has this id.
+            NotDraining: the endpoint is not DRAINING or DISABLED, or an operator moved it
+                out of those statuses while permits were still in flight.
+        """
+        state = self._pool.members[endpoint_id]
+        pool = self._pool
+        while True:
+            if pool.orphans:
+                pool.release_orphans()
+            if state.inflight == 0:
+                return
+            if state.live and state.admin not in _DRAINS:
+                raise NotDraining(
+                    f"endpoint {endpoint_id!r} is {state.admin.value}: it takes new permits, set it DRAINING first"
+                )
+            waiter = self._drain_waiters.get(state)
+            if waiter is None:
+                waiter = self._drain_waiters[state] = anyio.Event()
+            await waiter.wait()
+
+    def _on_idle(self, state: EndpointState) -> None:
+        waiter = self._drain_waiters.pop(state, None)
+        if waiter is not None:
+            waiter.set()
+        if not state.live:
+            self._membership.idle(state)  # a removed endpoint's last permit: release its resource
 
     def snapshot(self) -> PoolSnapshot:
         """A frozen view of every endpoint and of the pool."""
@@ -275,7 +376,8 @@ class LoadBalancer:
         if pool.orphans:
             pool.release_orphans()
         pool.handle_timer(now)
-        return pool_snapshot(pool, now)
+        health = self._health
+        return pool_snapshot(pool, now, health=None if health is None else health.snapshot)
 
     # -- background --------------------------------------------------------------------
 
@@ -402,3 +504,26 @@ def _first_exception(group: BaseException) -> Exception | None:
 
 
 _OPERATOR_CLEARED = frozenset({IneligibleReason.PERMANENT, IneligibleReason.RETIRED})
+_DRAINS = frozenset({AdminStatus.DRAINING, AdminStatus.DISABLED})
+
+
+def _check_health(check: object, circuit: CircuitPolicy) -> None:
+    """Refuse a health check that could hold a recovered endpoint out longer than the breaker.
+
+    Seed 001's gateway had a health filter with a 5-minute recovery window in front of a
+    60-second breaker: the filter, not the breaker, decided when an endpoint came back.
+    Here the active side's worst-case readmission time must fit in the breaker's shortest
+    open window (see docs/health.md).
+    """
+    if not isinstance(check, HealthCheck):
+        raise ConfigError("health_check", f"must be a HealthCheck or None, got {check!r}")
+    escalation = circuit.escalation
+    shortest = escalation.window(0) * (1.0 - escalation.jitter)
+    if check.readmit_bound > shortest:
+        raise ConfigError(
+            "health_check",
+            f"a recovered endpoint could stay excluded {check.readmit_bound:.3g} s "
+            f"(timeout + healthy_threshold x (unhealthy_interval x (1 + jitter) + timeout)), "
+            f"longer than the breaker's shortest open window ({shortest:.3g} s); lower "
+            "unhealthy_interval, healthy_threshold or timeout, or raise CircuitPolicy.escalation.base",
+        )

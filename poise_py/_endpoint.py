@@ -48,11 +48,7 @@ class Endpoint:
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise ConfigError("Endpoint.id", f"must be a non-empty string, got {self.id!r}")
-        if (
-            isinstance(self.weight, bool)
-            or not isinstance(self.weight, int)
-            or not 1 <= self.weight <= MAX_WEIGHT
-        ):
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int) or not 1 <= self.weight <= MAX_WEIGHT:
             raise ConfigError("Endpoint.weight", f"must be an int in [1, 2**32], got {self.weight!r}")
         if isinstance(self.tier, bool) or not isinstance(self.tier, int) or self.tier < 0:
             raise ConfigError("Endpoint.tier", f"must be an int >= 0, got {self.tier!r}")

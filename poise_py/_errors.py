@@ -24,6 +24,8 @@ class IneligibleReason(enum.Enum):
     """It hit the hard cap on ejections and waits for discovery to re-emit it."""
     UNHEALTHY = "unhealthy"
     """Active health checks, or an operator, classify it unhealthy."""
+    UNCLASSIFIED = "unclassified"
+    """Active health has not classified it yet and ``HealthCheck(admit_unknown=False)``."""
     DRAINING = "draining"
     """An operator set it DRAINING: in-flight permits finish, no new ones."""
     DISABLED = "disabled"
@@ -70,6 +72,30 @@ class NoEligibleEndpoints(SelectionError):  # noqa: N818 - the contract's name
 
 class DiscoveryClosed(SelectionError):  # noqa: N818 - the contract's name
     """Raised by ``acquire`` after the discovery stream ended under ``DiscoveryEnd.FAIL_CLOSED``."""
+
+
+class NotDraining(PoiseError):  # noqa: N818 - reads as a state
+    """Raised by ``LoadBalancer.drained`` when the endpoint is not DRAINING or DISABLED.
+
+    Also raised to a waiting caller when an operator moves the endpoint out of those
+    statuses while permits are still in flight: it takes new permits again, so its
+    in-flight count may never reach zero.
+    """
+
+
+class ProbeFailed(PoiseError):  # noqa: N818 - reads as an outcome
+    """Raised by the ready-made probes in ``poise_py.probes`` when an endpoint answers unhealthily.
+
+    The health runner counts any exception from a probe as an unhealthy result; this one
+    says the endpoint answered, but not as the probe expects (say, HTTP 503).
+
+    Attributes:
+        endpoint_id: the probed endpoint's id.
+    """
+
+    def __init__(self, endpoint_id: str, problem: str) -> None:
+        self.endpoint_id = endpoint_id
+        super().__init__(f"endpoint {endpoint_id!r}: {problem}")
 
 
 class PermitError(PoiseError):

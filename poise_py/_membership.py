@@ -55,6 +55,9 @@ EndpointFactory: TypeAlias = Callable[[Endpoint], Any]
 EndpointClose: TypeAlias = Callable[[Any], Awaitable[object] | object]
 """Releases what the factory built; may be async."""
 
+ChangeHook: TypeAlias = Callable[[float, Sequence[str], Sequence[str]], None]
+"""``hook(now, added_ids, removed_ids)``: told of each membership change as it is committed."""
+
 _NOT_READY = IneligibleReason.NOT_READY
 _QUARANTINED = IneligibleReason.QUARANTINED
 
@@ -89,6 +92,8 @@ class Membership:
         factory: the endpoint factory, or None (no resources, no readiness).
         close: releases a resource the factory built, or None.
         readiness: readiness knobs for resources with ``ready()``.
+        on_change: told of each membership change, in the same synchronous step (active
+            health tracks the members this way).
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class Membership:
         factory: EndpointFactory | None = None,
         close: EndpointClose | None = None,
         readiness: Readiness | None = None,
+        on_change: ChangeHook | None = None,
     ) -> None:
         self.pool = pool
         self.directory = Directory()
@@ -106,6 +112,7 @@ class Membership:
         self._factory = factory
         self._close = close
         self._readiness = readiness or Readiness()
+        self._on_change = on_change
         self._checks: dict[EndpointState, anyio.CancelScope | None] = {}
         """Members not yet usable (NOT_READY or QUARANTINED), with their check's scope."""
         self._retiring: set[EndpointState] = set()
@@ -119,7 +126,6 @@ class Membership:
         self._rebuild = False
         self.readiness_failures = 0
         """Failed ``ready()`` checks (saturating)."""
-        pool.on_drained = self._drained
 
     # -- updates -----------------------------------------------------------------------
 
@@ -174,6 +180,8 @@ class Membership:
             del live[endpoint_id]
         for endpoint in (*changes.updated, *changes.added):
             live[endpoint.id] = endpoint
+        if self._on_change is not None:
+            self._on_change(now, [e.id for e in changes.added], changes.removed)
         for state in gone:
             self._retire(state)
         if changes.added:
@@ -202,7 +210,8 @@ class Membership:
             else:
                 self._retiring.add(state)
 
-    def _drained(self, state: EndpointState) -> None:
+    def idle(self, state: EndpointState) -> None:
+        """A removed endpoint's last permit ended: release its resource now."""
         if state in self._retiring and self._task_group is not None:
             self._retiring.discard(state)
             self._dispose(state)
@@ -317,9 +326,7 @@ class Membership:
         self._exhausted = None
         self.pool.set_readiness(state, None)
         if failures:
-            logger.info(
-                "poise_py: endpoint %r passed readiness after %d failures", state.endpoint.id, failures
-            )
+            logger.info("poise_py: endpoint %r passed readiness after %d failures", state.endpoint.id, failures)
         self.notify()
 
     def _failed(self, state: EndpointState, problem: str, failures: int) -> None:

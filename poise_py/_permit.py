@@ -76,7 +76,8 @@ class Permit:
     def succeed(self) -> None:
         """Report success."""
         self._claim()
-        self._lb._succeed(self)
+        lb = self._lb
+        lb._pool.succeed(self._state, self._ticket, lb._clock, self._started)
 
     def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None) -> None:
         """Report a failure of tier ``fault``; ``retry_after`` opens the circuit at least that long."""

@@ -115,9 +115,7 @@ async def failing_stream(first: poise.Update) -> AsyncIterator[poise.Update]:
 async def test_a_stream_error_ends_discovery_like_a_stream_end(
     mode: poise.DiscoveryEnd, caplog: pytest.LogCaptureFixture
 ) -> None:
-    lb = poise.LoadBalancer(
-        discovery=failing_stream(poise.Snapshot(1, endpoints("a"))), on_discovery_end=mode
-    )
+    lb = poise.LoadBalancer(discovery=failing_stream(poise.Snapshot(1, endpoints("a"))), on_discovery_end=mode)
     async with lb:
         await anyio.wait_all_tasks_blocked()
         if mode is poise.DiscoveryEnd.FAIL_CLOSED:
@@ -177,9 +175,7 @@ async def test_survivors_keep_their_circuit_whatever_their_position() -> None:
         assert before["a"].state is poise.CircuitState.OPEN
         # Reversed order, a new member, and b's weight changed: a and b are the same endpoints.
         await send.send(
-            poise.Snapshot(
-                2, [poise.Endpoint("d"), *endpoints("c"), poise.Endpoint("b", weight=3), *endpoints("a")]
-            )
+            poise.Snapshot(2, [poise.Endpoint("d"), *endpoints("c"), poise.Endpoint("b", weight=3), *endpoints("a")])
         )
         await tap.wait(2)
         after = lb.snapshot()

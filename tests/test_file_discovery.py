@@ -24,9 +24,7 @@ def write_json(path: Path, *ids: str) -> None:
 
 
 @pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
-async def test_a_balancer_follows_an_edited_then_corrupted_then_fixed_file(
-    anyio_backend: Any, tmp_path: Path
-) -> None:
+async def test_a_balancer_follows_an_edited_then_corrupted_then_fixed_file(anyio_backend: Any, tmp_path: Path) -> None:
     path = tmp_path / "endpoints.json"
     write_json(path, "a", "b")
     errors: list[tuple[poise.EndpointsFileError, set[str]]] = []
@@ -99,9 +97,7 @@ async def test_a_formatting_only_edit_publishes_no_revision(anyio_backend: Any, 
 
 
 @pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
-async def test_a_missing_file_is_reported_then_picked_up_when_it_appears(
-    anyio_backend: Any, tmp_path: Path
-) -> None:
+async def test_a_missing_file_is_reported_then_picked_up_when_it_appears(anyio_backend: Any, tmp_path: Path) -> None:
     path = tmp_path / "later.toml"
     seen = anyio.Event()
 

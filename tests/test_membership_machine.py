@@ -31,9 +31,7 @@ from poise_py._membership import Membership
 
 UNIVERSE = ("a", "b", "c", "d", "e")
 
-endpoint_st = st.builds(
-    lambda i, w: poise.Endpoint(i, weight=w), st.sampled_from(UNIVERSE), st.sampled_from([1, 2])
-)
+endpoint_st = st.builds(lambda i, w: poise.Endpoint(i, weight=w), st.sampled_from(UNIVERSE), st.sampled_from([1, 2]))
 ids_st = st.lists(st.sampled_from(UNIVERSE), max_size=3)
 revision_st = st.sampled_from(["next", "jump", "duplicate", "stale", "overflow", "max"])
 fail_st = st.frozensets(st.sampled_from(UNIVERSE), max_size=2)

@@ -153,9 +153,7 @@ async def test_wait_ready_raises_readiness_error_when_every_endpoint_fails() -> 
 
 
 async def test_a_pool_exhausted_by_readiness_recovers_when_an_endpoint_passes() -> None:
-    lb = poise.LoadBalancer(
-        discovery=poise.StaticDiscovery(endpoints("a")), **scripted(a=[OSError("down"), True])
-    )
+    lb = poise.LoadBalancer(discovery=poise.StaticDiscovery(endpoints("a")), **scripted(a=[OSError("down"), True]))
     async with lb:
         await trio.testing.wait_all_tasks_blocked()
         with pytest.raises(poise.ReadinessError):
@@ -180,14 +178,10 @@ async def test_removing_the_usable_endpoints_leaves_a_readiness_error_naming_a_q
 
 
 async def test_a_readiness_failure_warns_once_per_failing_streak(caplog: pytest.LogCaptureFixture) -> None:
-    lb = poise.LoadBalancer(
-        discovery=poise.StaticDiscovery(endpoints("a", "b")), **scripted(b=[OSError("down")])
-    )
+    lb = poise.LoadBalancer(discovery=poise.StaticDiscovery(endpoints("a", "b")), **scripted(b=[OSError("down")]))
     async with lb:
         await trio.sleep(45)  # five checks, all failing
-    warnings = [
-        r for r in caplog.records if r.levelname == "WARNING" and "failed readiness" in r.getMessage()
-    ]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "failed readiness" in r.getMessage()]
     assert len(warnings) == 1
 
 

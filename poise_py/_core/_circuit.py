@@ -5,8 +5,9 @@ Theory of operation
 A circuit is CLOSED (calls flow and outcomes are counted), OPEN (ejected until
 ``reopen_at``), HALF_OPEN (a fixed number of probe slots), BLOCKED (a PERMANENT fault:
 no traffic and no probes until :meth:`Circuit.reset`) or RETIRED (the hard cap was hit;
-also until :meth:`Circuit.reset`). The legal moves are the table ``TRANSITIONS``; any
-other move is a bug and raises without changing anything.
+also until :meth:`Circuit.reset`). A passing active health check may close an OPEN or
+HALF_OPEN circuit early (:meth:`Circuit.uneject`). The legal moves are the table
+``TRANSITIONS``; any other move is a bug and raises without changing anything.
 
 Every move increments ``epoch``. A caller gets a :class:`Ticket` from
 :meth:`Circuit.try_acquire` carrying the epoch it was issued in, and hands it back to
@@ -33,7 +34,7 @@ from .._errors import IneligibleReason
 from .._faults import Fault
 from ._ejection import MAX_LEVEL
 from ._policy import CircuitPolicy
-from ._window import FAILED, SLOW, CountWindow, Window
+from ._window import FAILED, SLOW, CountWindow, TimeWindow, Window
 
 
 class CircuitState(enum.Enum):
@@ -60,6 +61,7 @@ class Cause(enum.Enum):
     PROBE_FAILED = "probe_failed"
     HARD_CAP = "hard_cap"
     RESET = "reset"
+    HEALTH_CHECK_PASSED = "health_check_passed"
 
 
 _C, _O, _H, _B, _R = (
@@ -85,6 +87,8 @@ TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
     (_H, Cause.RETRY_AFTER): _O,
     (_H, Cause.PERMANENT): _B,
     (_H, Cause.HARD_CAP): _R,
+    (_O, Cause.HEALTH_CHECK_PASSED): _C,
+    (_H, Cause.HEALTH_CHECK_PASSED): _C,
     **{(s, Cause.RESET): _C for s in CircuitState},
 }
 """Every legal move: (from, cause) -> to. Anything else raises ``LocalProtocolError``."""
@@ -144,11 +148,12 @@ class Circuit:
         "_closed_ticket",
         "_consecutive",
         "_probe_ticket",
+        "_slow_limit",
         "_unit",
-        "_untimed",
         "_volume",
         "_volume_cap",
         "_window",
+        "_window_timed",
         "closed_at",
         "ejected_time",
         "ejections",
@@ -175,7 +180,8 @@ class Circuit:
         )
         self._volume = 0
         self._volume_cap = window.size if isinstance(window, CountWindow) else 0
-        self._untimed = not policy.timed
+        self._slow_limit = policy.slow_call_duration
+        self._window_timed = isinstance(window, TimeWindow)
         self.state = CircuitState.CLOSED
         self.epoch = 0
         self._closed_ticket = ticket(0, probe=False)
@@ -258,7 +264,7 @@ class Circuit:
             self._window.clear()
 
     def _add(self, flags: int, now: float) -> None:
-        # Pool.succeed inlines this for the CLOSED-success hot path; keep them in step.
+        # Pool.succeed inlines this for the CLOSED-success hot path: keep them in step.
         window = self._window
         if window is None:
             if self._volume < self._volume_cap:
@@ -307,6 +313,24 @@ class Circuit:
         if self.state is _B or self.state is _R:
             return None
         return self._move(Cause.PERMANENT, now)
+
+    def uneject(self, now: float) -> Transition | None:
+        """An active health check passed: close an OPEN or HALF_OPEN circuit at a new epoch.
+
+        Envoy's un-eject. The window and the runs start empty and the hard cap's tallies
+        restart (a recovery), but the escalation level stays and only decays while the
+        circuit stays closed, so an endpoint that passes probes and fails traffic is
+        ejected for longer each time. BLOCKED and RETIRED are left alone (None): only an
+        operator or discovery clears them. Permits of the ejected epoch become stale.
+        """
+        if self.state is not _O and self.state is not _H:
+            return None
+        self._consecutive = 0
+        self._clear_window()
+        self.ejections_in_row = 0
+        self.ejected_time = 0.0
+        self.closed_at = now
+        return self._move(Cause.HEALTH_CHECK_PASSED, now)
 
     def reset(self, now: float) -> Transition:
         """Start afresh, CLOSED at a new epoch: clears windows, escalation and blocks."""
@@ -442,6 +466,4 @@ class Circuit:
         self.probes_in_flight = 0
         self.probe_successes = 0
         self.reopen_at = reopen_at if target is _O else None
-        return Transition(
-            source=source, target=target, cause=cause, epoch=epoch, at=now, reopen_at=self.reopen_at
-        )
+        return Transition(source=source, target=target, cause=cause, epoch=epoch, at=now, reopen_at=self.reopen_at)

@@ -2,9 +2,9 @@
 
 The open window for the ``n``-th consecutive ejection (``n`` from 0) is
 ``base * f(n)``, where ``f`` is ``n + 1`` (linear, Envoy's outlier detection) or
-``multiplier ** n`` (exponential, seed 001's doubling), capped at ``maximum``. The
-arithmetic is done in log space for the exponential form and bounded for the linear
-form, so no configuration and no count (up to and past ``2**64``) can overflow or wedge
+``multiplier ** n`` (exponential, seed 001's doubling), capped at ``maximum``. Whether
+the cap is reached is decided before any multiplication (in log space for the
+exponential form), so no configuration and no count (up to and past ``2**64``) can overflow or wedge
 a circuit open: the answer is always a finite number in ``[base, maximum]`` before
 jitter, and jitter never takes it past ``maximum``.
 """
@@ -82,8 +82,14 @@ class Escalation:
         if self.backoff is Backoff.LINEAR:
             # Compare before multiplying so a huge count never builds a huge float.
             return cap if n + 1 >= cap / base else min(base * (n + 1), cap)
-        log_window = math.log(base) + n * math.log(self.multiplier)
-        return cap if log_window >= math.log(cap) else min(math.exp(log_window), cap)
+        # Decide in log space whether the cap is reached (no huge power is ever built),
+        # then compute the exact power only below it.
+        growth = n * math.log(self.multiplier)
+        if growth >= math.log(cap) - math.log(base):
+            return cap
+        if growth < 700.0:  # multiplier ** n < e**700: exact and finite
+            return min(base * self.multiplier**n, cap)
+        return min(math.exp(math.log(base) + growth), cap)
 
     def jittered(self, level: int, unit: float) -> float:
         """Return the open window for ``level`` with jitter; ``unit`` is uniform in [0, 1)."""

@@ -75,9 +75,9 @@ class CircuitPolicy:
         return self.failure_rate is not None or self.slow_call_rate is not None
 
     @property
-    def timed(self) -> bool:
-        """Whether recording an outcome needs the clock (latency or a time window)."""
-        return self.slow_call_duration is not None or isinstance(self.window, TimeWindow)
+    def measures_latency(self) -> bool:
+        """Whether outcomes need the call's latency (a slow-call threshold is set)."""
+        return self.slow_call_duration is not None
 
     def __attrs_post_init__(self) -> None:
         _check_count("CircuitPolicy.consecutive_failures", self.consecutive_failures, optional=True)
@@ -89,9 +89,7 @@ class CircuitPolicy:
             raise ConfigError("CircuitPolicy.slow_call_duration", "is required when slow_call_rate is set")
         _check_count("CircuitPolicy.minimum_volume", self.minimum_volume)
         if not isinstance(self.window, CountWindow | TimeWindow):
-            raise ConfigError(
-                "CircuitPolicy.window", f"must be a CountWindow or TimeWindow, got {self.window!r}"
-            )
+            raise ConfigError("CircuitPolicy.window", f"must be a CountWindow or TimeWindow, got {self.window!r}")
         _check_count("CircuitPolicy.permitted_probes", self.permitted_probes)
         _check_count("CircuitPolicy.success_threshold", self.success_threshold)
         if not isinstance(self.escalation, Escalation):

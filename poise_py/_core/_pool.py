@@ -1,7 +1,7 @@
 """The pool: membership, eligibility and the ejection guard, as pure bookkeeping.
 
 The pool keeps a list of the endpoints that may take a permit right now (CLOSED, or
-HALF_OPEN with a free probe slot, and allowed by the operator). It is updated in O(1)
+HALF_OPEN with a free probe slot, and allowed by the operator and by active health). It is updated in O(1)
 whenever a circuit moves or a probe slot is taken or released, so a pick never scans
 the pool. OPEN circuits wait in a heap of deadlines; :meth:`Pool.handle_timer` (called
 by the shell's timer, and lazily by :meth:`Pool.select`) moves the due ones to
@@ -26,7 +26,7 @@ from ._policy import CircuitPolicy
 from ._state import FAULT_INDEX, SATURATED, EndpointState, sat_add
 
 TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
-DrainHook: TypeAlias = Callable[[EndpointState], None]
+IdleHook: TypeAlias = Callable[[EndpointState], None]
 
 _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
     AdminStatus.AUTO: None,
@@ -37,10 +37,21 @@ _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
 }
 _OPEN = CircuitState.OPEN
 _CLOSED = CircuitState.CLOSED
+_AUTO = AdminStatus.AUTO
 
 
 def _ignore(state: EndpointState, transition: Transition) -> None:
     return None
+
+
+def _ignore_idle(state: EndpointState) -> None:
+    return None
+
+
+def _gate(state: EndpointState) -> IneligibleReason | None:
+    """Readiness, then the operator's and active health's verdict; active health counts only under AUTO."""
+    admin = state.admin
+    return state.readiness or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
 
 
 class Pool:
@@ -51,6 +62,8 @@ class Pool:
         policy: the selection policy.
         rng: the seeded source of every random choice (jitter, picks).
         on_transition: called for every circuit move (events, logs).
+        on_idle: called when the last permit of an endpoint that takes no new ones ends
+            (``LoadBalancer.drained``).
     """
 
     def __init__(
@@ -60,14 +73,15 @@ class Pool:
         rng: random.Random,
         *,
         on_transition: TransitionHook = _ignore,
+        on_idle: IdleHook = _ignore_idle,
     ) -> None:
         self.circuit_policy = circuit
         self._rng = rng
         self._unit = rng.random
         self._picker: Picker = policy.bind(rng)
         self._pick = self._picker.pick
-        self.timed = circuit.timed or bool(getattr(policy, "measures_latency", False))
-        """Whether selections and outcomes need the clock on the hot path."""
+        self.timed = circuit.measures_latency or bool(getattr(policy, "measures_latency", False))
+        """Whether a selection must read the clock to time the call."""
         self.members: dict[str, EndpointState] = {}
         self._available: list[EndpointState] = []
         self._loads: list[int] = []
@@ -78,11 +92,10 @@ class Pool:
         self._allowance = 1
         self._decisions: dict[int, Decision] = {}
         self.on_transition = on_transition
+        self.on_idle = on_idle
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
         self.suppressed_ejections = 0
-        self.on_drained: DrainHook | None = None
-        """Called when the last permit of a removed endpoint ends (to release its resource)."""
 
     # -- membership --------------------------------------------------------------------
 
@@ -198,31 +211,40 @@ class Pool:
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
         """Why ``state`` may not take a permit now, or None if it may."""
-        return _ADMIN_REFUSAL[state.admin] or state.readiness or state.circuit.refusal()
+        return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal() or _gate(state)
 
     # -- completion --------------------------------------------------------------------
 
-    def succeed(
-        self, state: EndpointState, ticket: Ticket, clock: Callable[[], float], started: float
-    ) -> None:
+    def succeed(self, state: EndpointState, ticket: Ticket, clock: Callable[[], float], started: float) -> None:
         """Record a successful call; reads ``clock`` only if the outcome needs the time."""
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             self._loads[state.pos] = n
+        elif not n:
+            self.on_idle(state)  # off the hot path: only endpoints that take no permits
         n = state.successes
         state.successes = n + 1 if n < SATURATED else n
         circuit = state.circuit
-        # Circuit.fast_success, inlined: this is the hot path of every call.
-        if ticket is circuit._closed_ticket and circuit._untimed and state.live:
-            circuit._consecutive = 0
-            window = circuit._window
-            if window is None:
-                if circuit._volume < circuit._volume_cap:
-                    circuit._volume += 1
-            else:
-                window.add(0, 0.0)
-            return
-        now = clock()
+        # Circuit._record_closed for a success, inlined: this is the hot path of every
+        # call. A slow-call threshold needs the latency, so that case takes the long way.
+        if ticket is circuit._closed_ticket and state.live:
+            slow_limit = circuit._slow_limit
+            if slow_limit is None:
+                circuit._consecutive = 0
+                window = circuit._window
+                if window is None:
+                    if circuit._volume < circuit._volume_cap:
+                        circuit._volume += 1
+                else:
+                    window.add(0, clock() if circuit._window_timed else 0.0)
+                return
+            now = clock()
+            if now - started < slow_limit:  # a success in time: no trip can follow
+                circuit._consecutive = 0
+                circuit._add(0, now)
+                return
+        else:
+            now = clock()
         self._record(state, ticket, None, now, latency=now - started, retry_after=None)
 
     def complete(
@@ -239,6 +261,8 @@ class Pool:
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             self._loads[state.pos] = n
+        elif not n:
+            self.on_idle(state)  # off the hot path: only endpoints that take no permits
         if fault is None:
             state.successes = sat_add(state.successes)
         else:
@@ -262,8 +286,6 @@ class Pool:
         if not state.live or ticket.epoch != circuit.epoch:
             state.stale = sat_add(state.stale)
             if not state.live:
-                if state.inflight == 0 and self.on_drained is not None:
-                    self.on_drained(state)
                 return
         before = circuit.suppressed_ejections
         transition = circuit.record(
@@ -286,13 +308,13 @@ class Pool:
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             self._loads[state.pos] = n
+        elif not n:
+            self.on_idle(state)  # off the hot path: only endpoints that take no permits
         state.cancellations = sat_add(state.cancellations)
         if state.live:
             state.circuit.cancel(ticket)
             if ticket.probe:
                 self._sync(state)
-        elif n == 0 and self.on_drained is not None:
-            self.on_drained(state)
 
     def release_orphans(self) -> None:
         """Cancel the permits that were garbage-collected without a report."""
@@ -329,14 +351,33 @@ class Pool:
         self._sync(state)
         return state
 
-    def set_readiness(self, state: EndpointState, reason: IneligibleReason | None) -> None:
-        """Keep ``state`` out as NOT_READY / QUARANTINED, or (None) let its circuit decide."""
-        state.readiness = reason
-        self._sync(state)
-
     def reset_circuit(self, state: EndpointState, now: float) -> None:
         """Reset one circuit to a fresh CLOSED epoch (operator action, rediscovery)."""
         self._moved(state, state.circuit.reset(now))
+
+    def set_health(self, state: EndpointState, refusal: IneligibleReason | None) -> None:
+        """Record active health's verdict for one endpoint (None: it may serve); O(1)."""
+        if refusal is not state.health_refusal:
+            state.health_refusal = refusal
+            if state.live:
+                self._sync(state)
+
+    def set_readiness(self, state: EndpointState, reason: IneligibleReason | None) -> None:
+        """Keep ``state`` out as NOT_READY or QUARANTINED, or (None) let the rest decide; O(1)."""
+        if reason is not state.readiness:
+            state.readiness = reason
+            if state.live:
+                self._sync(state)
+
+    def uneject(self, state: EndpointState, now: float) -> bool:
+        """Close a passively ejected circuit after a passing active check; False if not ejected."""
+        if not state.live:
+            return False
+        transition = state.circuit.uneject(now)
+        if transition is None:
+            return False
+        self._moved(state, transition)
+        return True
 
     # -- internals ---------------------------------------------------------------------
 
@@ -353,7 +394,7 @@ class Pool:
         if ejected != state.was_ejected:
             state.was_ejected = ejected
             self._ejected += 1 if ejected else -1
-        available = circuit.accepting and _ADMIN_REFUSAL[state.admin] is None and state.readiness is None
+        available = circuit.accepting and _gate(state) is None
         self._set_available(state, available=available)
 
     def _set_available(self, state: EndpointState, *, available: bool) -> None:

@@ -37,6 +37,7 @@ class EndpointState:
         "endpoint",
         "ewma",
         "faults",
+        "health_refusal",
         "inflight",
         "live",
         "pos",
@@ -52,6 +53,8 @@ class EndpointState:
         self.endpoint = endpoint
         self.circuit = circuit
         self.admin = AdminStatus.AUTO
+        self.health_refusal: IneligibleReason | None = None
+        """Active health's verdict for eligibility under AUTO (None: may serve)."""
         self.inflight = 0
         self.pos = -1
         self.live = True

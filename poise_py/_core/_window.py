@@ -62,11 +62,7 @@ class TimeWindow:
 
     def __attrs_post_init__(self) -> None:
         check_duration("TimeWindow.duration", self.duration)
-        if (
-            isinstance(self.buckets, bool)
-            or not isinstance(self.buckets, int)
-            or not 1 <= self.buckets <= 10_000
-        ):
+        if isinstance(self.buckets, bool) or not isinstance(self.buckets, int) or not 1 <= self.buckets <= 10_000:
             raise ConfigError("TimeWindow.buckets", f"must be an int in [1, 10000], got {self.buckets!r}")
 
     def build(self) -> Window:
@@ -87,15 +83,18 @@ class _CountWindow:
 
     def add(self, flags: int, now: float) -> None:
         pos = self._pos
+        ring = self._ring
         if self._volume == self._size:
-            old = self._ring[pos]
-            self._failures -= old & FAILED
-            self._slow -= (old & SLOW) >> 1
+            old = ring[pos]
+            if old:
+                self._failures -= old & FAILED
+                self._slow -= (old & SLOW) >> 1
         else:
             self._volume += 1
-        self._ring[pos] = flags
-        self._failures += flags & FAILED
-        self._slow += (flags & SLOW) >> 1
+        ring[pos] = flags
+        if flags:
+            self._failures += flags & FAILED
+            self._slow += (flags & SLOW) >> 1
         pos += 1
         self._pos = 0 if pos == self._size else pos
 
@@ -127,8 +126,9 @@ class _TimeWindow:
             self._epochs[i] = tick
             self._volume[i] = self._failures[i] = self._slow[i] = 0
         self._volume[i] += 1
-        self._failures[i] += flags & FAILED
-        self._slow[i] += (flags & SLOW) >> 1
+        if flags:
+            self._failures[i] += flags & FAILED
+            self._slow[i] += (flags & SLOW) >> 1
 
     def counts(self, now: float) -> tuple[int, int, int]:
         oldest = int(now // self._width) - self._n + 1

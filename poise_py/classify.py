@@ -1,0 +1,226 @@
+"""Classifier presets: exception -> :class:`~poise_py.Fault` for gRPC and HTTP.
+
+Each preset is a factory returning a plain classifier function, so composing your own is
+ordinary code::
+
+    base = poise.classify.http()
+
+    def mine(exc: BaseException) -> poise.Fault | poise.Classification:
+        if isinstance(exc, MyQuotaError):
+            return poise.Classification(poise.Fault.TRANSIENT, retry_after=60)
+        return base(exc)
+
+Neither preset imports grpc or httpx: they read what those libraries' exceptions carry
+(``code()`` and ``trailing_metadata()``; ``response.status_code`` and
+``response.headers``), so they cost nothing when the library is absent.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+
+from ._classify import Classifier, default_classifier
+from ._errors import ConfigError
+from ._faults import Classification, Fault
+
+__all__ = ["Classifier", "default_classifier", "grpc", "http", "http_status", "parse_retry_after"]
+
+GRPC_DEFAULTS: Mapping[str, Fault] = {
+    "UNAVAILABLE": Fault.TRANSIENT,
+    "DEADLINE_EXCEEDED": Fault.TRANSIENT,
+    "RESOURCE_EXHAUSTED": Fault.TRANSIENT,
+    "INTERNAL": Fault.SUSPECT,
+    "UNKNOWN": Fault.SUSPECT,
+    "DATA_LOSS": Fault.SUSPECT,
+    "UNIMPLEMENTED": Fault.FATAL,
+    "UNAUTHENTICATED": Fault.PERMANENT,
+    "PERMISSION_DENIED": Fault.PERMANENT,
+    "INVALID_ARGUMENT": Fault.CALLER,
+    "NOT_FOUND": Fault.CALLER,
+    "ALREADY_EXISTS": Fault.CALLER,
+    "FAILED_PRECONDITION": Fault.CALLER,
+    "OUT_OF_RANGE": Fault.CALLER,
+    "ABORTED": Fault.CALLER,
+    "CANCELLED": Fault.CALLER,
+}
+"""The gRPC status -> fault table (seed 000): UNAVAILABLE, DEADLINE_EXCEEDED and
+RESOURCE_EXHAUSTED skip without a strike; an unmarked INTERNAL is a strike; the
+caller's own errors never touch the endpoint's health."""
+
+
+def _status_name(code: object) -> str | None:
+    name = getattr(code, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def _metadata_pairs(metadata: object) -> Iterable[tuple[str, object]]:
+    if metadata is None:
+        return ()
+    items: object = metadata
+    if isinstance(metadata, Mapping):
+        items = metadata.items()
+    pairs: list[tuple[str, object]] = []
+    try:
+        for item in items:  # type: ignore[attr-defined]
+            key = getattr(item, "key", None)
+            if key is None and isinstance(item, tuple) and len(item) == 2:
+                key, value = item
+            else:
+                value = getattr(item, "value", None)
+            if isinstance(key, str):
+                pairs.append((key.lower(), value))
+    except TypeError:
+        return ()
+    return pairs
+
+
+def grpc(
+    *,
+    marker: tuple[str, str] | None = None,
+    overrides: Mapping[str, Fault] | None = None,
+    fallback: Classifier = default_classifier,
+) -> Classifier:
+    """A classifier for grpc (sync ``grpc.RpcError`` and ``grpc.aio.AioRpcError``).
+
+    Args:
+        marker: a ``(key, value)`` trailing-metadata pair the server sets on its own
+            deliberate errors (e.g. ``("wool-fault", "worker-internal")``); an INTERNAL
+            carrying it is FATAL (evict now), an INTERNAL without it is SUSPECT (a strike).
+        overrides: status name -> fault, applied over :data:`GRPC_DEFAULTS`.
+        fallback: for exceptions that are not gRPC errors.
+    """
+    table = dict(GRPC_DEFAULTS)
+    for name, fault in (overrides or {}).items():
+        if not isinstance(fault, Fault):
+            raise ConfigError("overrides", f"{name!r} must map to a Fault, got {fault!r}")
+        table[name.upper()] = fault
+    if marker is not None and (
+        not isinstance(marker, tuple) or len(marker) != 2 or not all(isinstance(m, str) for m in marker)
+    ):
+        raise ConfigError("marker", f"must be a (key, value) pair of strings, got {marker!r}")
+    marker_key = marker[0].lower() if marker else None
+    marker_value = marker[1] if marker else None
+
+    def classify(exc: BaseException) -> Fault | Classification:
+        code_fn = getattr(exc, "code", None)
+        name = _status_name(code_fn()) if callable(code_fn) else None
+        if name is None:
+            return fallback(exc)
+        if name == "INTERNAL" and marker_key is not None:
+            trailing = getattr(exc, "trailing_metadata", None)
+            pairs = _metadata_pairs(trailing() if callable(trailing) else None)
+            if any(k == marker_key and v == marker_value for k, v in pairs):
+                return Fault.FATAL
+        return table.get(name, Fault.SUSPECT)
+
+    return classify
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds from an HTTP ``Retry-After`` value (delta-seconds or an HTTP-date), or None."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if math.isnan(seconds) or math.isinf(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def http_status(
+    status: int,
+    headers: Mapping[str, str] | None = None,
+    *,
+    gateway: Fault = Fault.SUSPECT,
+) -> Fault | Classification | None:
+    """The fault for an HTTP response status, or None for a success (1xx-3xx).
+
+    5xx -> SUSPECT (502/503/504 -> ``gateway``); 429 -> TRANSIENT; 401/403 -> PERMANENT;
+    other 4xx -> CALLER. A ``Retry-After`` header on a 429 or 5xx becomes ``retry_after``.
+    """
+    if status < 400:
+        return None
+    if status == 429:
+        fault = Fault.TRANSIENT
+    elif status in (401, 403):
+        fault = Fault.PERMANENT
+    elif status < 500:
+        return Fault.CALLER
+    elif status in (502, 503, 504):
+        fault = gateway
+    else:
+        fault = Fault.SUSPECT
+    retry_after = None
+    if headers is not None and (status == 429 or status >= 500):
+        retry_after = parse_retry_after(_header(headers, "retry-after"))
+    return Classification(fault, retry_after=retry_after) if retry_after else fault
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        for k, v in headers.items():
+            if k.lower() == name:
+                return v
+    return value
+
+
+_HTTPX_TRANSIENT = {"ConnectTimeout", "PoolTimeout"}
+_HTTPX_CALLER = {
+    "UnsupportedProtocol",
+    "InvalidURL",
+    "LocalProtocolError",
+    "DecodingError",
+    "TooManyRedirects",
+    "StreamConsumed",
+}
+
+
+def http(*, gateway: Fault = Fault.SUSPECT, fallback: Classifier = default_classifier) -> Classifier:
+    """A classifier for HTTP errors raised by httpx (or anything carrying a ``response``).
+
+    ``HTTPStatusError`` (from ``raise_for_status()``) maps by :func:`http_status`. httpx
+    transport errors: connect and pool timeouts are TRANSIENT (nothing reached the
+    server), request-building errors are CALLER, the rest (connect errors, read
+    timeouts, resets, protocol errors) are SUSPECT.
+
+    Args:
+        gateway: the fault for 502/503/504 (SUSPECT, or TRANSIENT behind a proxy that
+            reports its own overload this way).
+        fallback: for exceptions that are neither.
+    """
+    if not isinstance(gateway, Fault):
+        raise ConfigError("gateway", f"must be a Fault, got {gateway!r}")
+
+    def classify(exc: BaseException) -> Fault | Classification:
+        response = getattr(exc, "response", None)
+        status = getattr(response, "status_code", None) if response is not None else None
+        if isinstance(status, int):
+            headers = getattr(response, "headers", None)
+            verdict = http_status(status, headers if isinstance(headers, Mapping) else None, gateway=gateway)
+            return Fault.CALLER if verdict is None else verdict
+        for cls in type(exc).__mro__:
+            if cls.__module__.startswith("httpx"):
+                if cls.__name__ in _HTTPX_TRANSIENT:
+                    return Fault.TRANSIENT
+                if cls.__name__ in _HTTPX_CALLER:
+                    return Fault.CALLER
+        if type(exc).__module__.startswith("httpx"):
+            return Fault.SUSPECT
+        return fallback(exc)
+
+    return classify

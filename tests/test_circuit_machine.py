@@ -1,0 +1,132 @@
+"""Hypothesis state machine over the pure circuit: the invariants hold for any interleaving."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import poise_py as poise
+from poise_py import CircuitState, Fault
+from poise_py._core._circuit import Circuit, Ticket
+
+faults = st.sampled_from([None, *Fault])
+
+
+class CircuitMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.circuit: Circuit | None = None
+        self.outstanding: list[Ticket] = []
+        self.last_epoch = 0
+
+    @rule(
+        probes=st.integers(1, 3),
+        consecutive=st.integers(1, 4),
+        volume=st.integers(1, 5),
+        rate=st.none() | st.floats(0.1, 1.0),
+        window=st.sampled_from([poise.CountWindow(8), poise.TimeWindow(10.0, 5)]),
+        slow=st.none() | st.floats(0.1, 2.0),
+    )
+    @precondition(lambda self: self.circuit is None)
+    def build(
+        self,
+        probes: int,
+        consecutive: int,
+        volume: int,
+        rate: float | None,
+        window: poise.CountWindow | poise.TimeWindow,
+        slow: float | None,
+    ) -> None:
+        policy = poise.CircuitPolicy(
+            consecutive_failures=consecutive,
+            failure_rate=rate,
+            minimum_volume=volume,
+            permitted_probes=probes,
+            window=window,
+            slow_call_rate=0.5 if slow is not None else None,
+            slow_call_duration=slow,
+            escalation=poise.Escalation(base=5.0, maximum=40.0),
+        )
+        self.circuit = Circuit(policy, random.Random(1).random, self.now)
+
+    def _snapshot(self) -> tuple[object, ...]:
+        c = self.circuit
+        assert c is not None
+        return (c.state, c.epoch, c.reopen_at, c.consecutive_failures, c.window_counts(self.now), c.level)
+
+    @rule()
+    @precondition(lambda self: self.circuit is not None)
+    def acquire(self) -> None:
+        assert self.circuit is not None
+        got = self.circuit.try_acquire(self.now)
+        if isinstance(got, Ticket):
+            assert got.epoch == self.circuit.epoch
+            self.outstanding.append(got)
+
+    @rule(data=st.data(), fault=faults, latency=st.floats(0.0, 3.0), may_eject=st.booleans())
+    @precondition(lambda self: self.circuit is not None and self.outstanding)
+    def record(self, data: st.DataObject, fault: Fault | None, latency: float, may_eject: bool) -> None:
+        c = self.circuit
+        assert c is not None
+        ticket = self.outstanding.pop(data.draw(st.integers(0, len(self.outstanding) - 1)))
+        if ticket.epoch != c.epoch:
+            before = self._snapshot()
+            stale = c.stale_results
+            assert c.record(ticket, fault, self.now, latency=latency, may_eject=may_eject) is None
+            assert self._snapshot() == before, "a stale result changed the circuit"
+            assert c.stale_results == stale + 1
+        else:
+            c.record(ticket, fault, self.now, latency=latency, may_eject=may_eject)
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.circuit is not None and self.outstanding)
+    def cancel(self, data: st.DataObject) -> None:
+        c = self.circuit
+        assert c is not None
+        ticket = self.outstanding.pop(data.draw(st.integers(0, len(self.outstanding) - 1)))
+        before = self._snapshot()
+        c.cancel(ticket)
+        assert self._snapshot() == before, "a cancellation changed the circuit's windows or state"
+
+    @rule(seconds=st.floats(0.0, 60.0))
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        if self.circuit is not None:
+            self.circuit.handle_timer(self.now)
+
+    @rule()
+    @precondition(lambda self: self.circuit is not None)
+    def reset(self) -> None:
+        assert self.circuit is not None
+        self.circuit.reset(self.now)
+        assert self.circuit.state is CircuitState.CLOSED
+
+    @invariant()
+    def probes_never_exceed_permitted_slots(self) -> None:
+        c = self.circuit
+        if c is not None:
+            assert 0 <= c.probes_in_flight <= c.policy.permitted_probes
+            live_probes = sum(1 for t in self.outstanding if t.probe and t.epoch == c.epoch)
+            assert c.probes_in_flight == live_probes
+
+    @invariant()
+    def epoch_only_grows(self) -> None:
+        c = self.circuit
+        if c is not None:
+            assert c.epoch >= self.last_epoch
+            self.last_epoch = c.epoch
+
+    @invariant()
+    def open_circuits_have_a_bounded_deadline(self) -> None:
+        c = self.circuit
+        if c is not None and c.state is CircuitState.OPEN:
+            assert c.reopen_at is not None
+            assert c.reopen_at - self.now <= max(40.0, c.policy.max_retry_after)
+
+
+CircuitMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+TestCircuitMachine = CircuitMachine.TestCase

@@ -1,0 +1,123 @@
+"""Classifier presets for gRPC and HTTP, with the real exception types."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import grpc
+import grpc.aio
+import httpx
+import pytest
+
+import poise_py as poise
+from poise_py import Classification, Fault
+
+MARKER = ("wool-fault", "worker-internal")
+
+
+def rpc_error(code: grpc.StatusCode, *trailing: tuple[str, str]) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailing), "details")
+
+
+@pytest.mark.parametrize(
+    ("code", "fault"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, Fault.TRANSIENT),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, Fault.TRANSIENT),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, Fault.TRANSIENT),
+        (grpc.StatusCode.INTERNAL, Fault.SUSPECT),
+        (grpc.StatusCode.INVALID_ARGUMENT, Fault.CALLER),
+        (grpc.StatusCode.FAILED_PRECONDITION, Fault.CALLER),
+        (grpc.StatusCode.UNAUTHENTICATED, Fault.PERMANENT),
+        (grpc.StatusCode.UNIMPLEMENTED, Fault.FATAL),
+    ],
+)
+def test_grpc_status_codes_map_to_their_tiers(code: grpc.StatusCode, fault: Fault) -> None:
+    assert poise.classify.grpc(marker=MARKER)(rpc_error(code)) is fault
+
+
+def test_grpc_internal_with_the_servers_marker_is_fatal_without_it_suspect() -> None:
+    classify = poise.classify.grpc(marker=MARKER)
+    assert classify(rpc_error(grpc.StatusCode.INTERNAL, MARKER)) is Fault.FATAL
+    assert classify(rpc_error(grpc.StatusCode.INTERNAL, ("wool-fault", "other"))) is Fault.SUSPECT
+    assert classify(rpc_error(grpc.StatusCode.INTERNAL)) is Fault.SUSPECT
+    # no marker configured: a marked INTERNAL is only a strike
+    assert poise.classify.grpc()(rpc_error(grpc.StatusCode.INTERNAL, MARKER)) is Fault.SUSPECT
+
+
+def test_grpc_overrides_and_fallback() -> None:
+    classify = poise.classify.grpc(overrides={"unavailable": Fault.SUSPECT})
+    assert classify(rpc_error(grpc.StatusCode.UNAVAILABLE)) is Fault.SUSPECT
+    assert classify(ValueError("not grpc")) is Fault.CALLER
+    with pytest.raises(poise.ConfigError):
+        poise.classify.grpc(overrides={"INTERNAL": "fatal"})  # type: ignore[dict-item]
+    with pytest.raises(poise.ConfigError):
+        poise.classify.grpc(marker=("only-key",))  # type: ignore[arg-type]
+
+
+def status_error(status: int, **headers: str) -> httpx.HTTPStatusError:
+    request = httpx.Request("GET", "http://backend/")
+    response = httpx.Response(status, headers=headers, request=request)
+    return httpx.HTTPStatusError("status", request=request, response=response)
+
+
+@pytest.mark.parametrize(
+    ("status", "fault"),
+    [
+        (500, Fault.SUSPECT),
+        (502, Fault.SUSPECT),
+        (503, Fault.SUSPECT),
+        (504, Fault.SUSPECT),
+        (429, Fault.TRANSIENT),
+        (401, Fault.PERMANENT),
+        (403, Fault.PERMANENT),
+        (404, Fault.CALLER),
+        (400, Fault.CALLER),
+    ],
+)
+def test_http_status_codes_map_to_their_tiers(status: int, fault: Fault) -> None:
+    assert poise.classify.http()(status_error(status)) is fault
+
+
+def test_http_gateway_errors_are_configurable() -> None:
+    classify = poise.classify.http(gateway=Fault.TRANSIENT)
+    assert classify(status_error(503)) is Fault.TRANSIENT
+    assert classify(status_error(500)) is Fault.SUSPECT
+
+
+def test_http_429_carries_retry_after_in_seconds_or_as_a_date() -> None:
+    classify = poise.classify.http()
+    assert classify(status_error(429, **{"Retry-After": "60"})) == Classification(Fault.TRANSIENT, retry_after=60.0)
+    verdict = classify(status_error(503, **{"retry-after": "7"}))
+    assert verdict == Classification(Fault.SUSPECT, retry_after=7.0)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert poise.classify.parse_retry_after("Thu, 01 Jan 2026 00:02:00 GMT", now=now) == 120.0
+    assert poise.classify.parse_retry_after("garbage") is None
+    assert poise.classify.parse_retry_after("-5") == 0.0
+    assert poise.classify.parse_retry_after("nan") is None
+
+
+def test_httpx_transport_errors() -> None:
+    classify = poise.classify.http()
+    request = httpx.Request("GET", "http://backend/")
+    assert classify(httpx.ConnectTimeout("t", request=request)) is Fault.TRANSIENT
+    assert classify(httpx.PoolTimeout("t", request=request)) is Fault.TRANSIENT
+    assert classify(httpx.ConnectError("refused", request=request)) is Fault.SUSPECT
+    assert classify(httpx.ReadTimeout("slow", request=request)) is Fault.SUSPECT
+    assert classify(httpx.RemoteProtocolError("reset", request=request)) is Fault.SUSPECT
+    assert classify(httpx.UnsupportedProtocol("ftp", request=request)) is Fault.CALLER
+    assert classify(ConnectionResetError()) is Fault.SUSPECT
+
+
+def test_http_status_helper_for_responses_that_were_not_raised() -> None:
+    assert poise.classify.http_status(200) is None
+    assert poise.classify.http_status(302) is None
+    assert poise.classify.http_status(500) is Fault.SUSPECT
+
+
+def test_default_classifier_honours_an_explicit_fault_marker() -> None:
+    err = poise.FaultError(Fault.FATAL, "evict me", retry_after=5)
+    assert poise.default_classifier(err) == Classification(Fault.FATAL, retry_after=5)
+    assert poise.default_classifier(KeyError("k")) is Fault.CALLER
+    assert poise.default_classifier(TimeoutError()) is Fault.SUSPECT
+    assert poise.default_classifier(poise.NoEligibleEndpoints({}, 0)) is Fault.CALLER
