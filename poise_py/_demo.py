@@ -273,7 +273,7 @@ async def _main(requests: int, seed: int, console: Console, *, live: bool) -> li
         for name, options in configs:
             lb = poise.LoadBalancer(poise.StaticDiscovery(endpoints), seed=seed, **options)
             if live and console.is_terminal:
-                with Live(console=console, refresh_per_second=10, transient=True) as view:
+                with Live(console=console, refresh_per_second=10, transient=False) as view:
 
                     def show(table: Table, view: Live = view) -> None:
                         view.update(Group(table))
