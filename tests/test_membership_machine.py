@@ -48,6 +48,7 @@ class MembershipMachine(RuleBasedStateMachine):
         super().__init__()
         self.pool = Pool(poise.CircuitPolicy(), poise.RoundRobin(), random.Random(0))
         self.membership = Membership(self.pool, factory=self.build, close=self.close)
+        self.pool.on_idle = self.membership.idle  # as the balancer wires it
         self.fail: frozenset[str] = frozenset()
         self.built: list[Resource] = []
         self.model: dict[str, poise.Endpoint] = {}
