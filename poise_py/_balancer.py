@@ -461,6 +461,11 @@ class LoadBalancer:
         """The revision of the live pool, or None before the first update."""
         return self._membership.revision
 
+    @property
+    def readiness_failures(self) -> int:
+        """Failed readiness checks so far (saturating at ``2**64 - 1``)."""
+        return self._membership.readiness_failures
+
     async def _run_timers(self) -> None:
         pool = self._pool
         clock = self._clock

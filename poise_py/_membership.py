@@ -217,9 +217,13 @@ class Membership:
             self._dispose(state)
 
     def _dispose(self, state: EndpointState) -> None:
+        task_group = self._task_group
+        if task_group is None:
+            self._retiring.add(state)  # no task group to close it in: aclose() will
+            return
         resource, state.resource = state.resource, None
-        if self._close is not None and self._task_group is not None:
-            self._task_group.start_soon(self._close_one, resource)
+        if self._close is not None:
+            task_group.start_soon(self._close_one, resource)
 
     async def _close_one(self, resource: object) -> None:
         close = self._close
@@ -242,11 +246,16 @@ class Membership:
         states = list(self.pool.members.values())
         resources = await self._build([s.endpoint for s in states])
         self._rebuild = False
+        self._exhausted = None
         for state, resource in zip(states, resources, strict=True):
             state.resource = resource
-            if _ready_method(resource) is not None:
+            self._quarantined.pop(state, None)
+            if _ready_method(resource) is not None:  # a new resource is checked afresh
                 self.pool.set_readiness(state, _NOT_READY)
                 self._checks[state] = None
+            else:
+                self._checks.pop(state, None)
+                self.pool.set_readiness(state, None)
 
     def attach(self, task_group: anyio.abc.TaskGroup) -> None:
         """Run readiness checks and closes in ``task_group`` (the balancer's)."""
@@ -321,6 +330,8 @@ class Membership:
                 await anyio.sleep(readiness.cooldown)
 
     def _passed(self, state: EndpointState, failures: int) -> None:
+        if state not in self._checks:
+            return  # removed while ready() was returning; its cancellation has not landed yet
         del self._checks[state]
         self._quarantined.pop(state, None)
         self._exhausted = None
@@ -330,6 +341,8 @@ class Membership:
         self.notify()
 
     def _failed(self, state: EndpointState, problem: str, failures: int) -> None:
+        if state not in self._checks:
+            return  # removed while ready() was failing
         self.readiness_failures = sat_add(self.readiness_failures)
         self.pool.set_readiness(state, _QUARANTINED)
         # One warning per failing streak, not one per check: rule 5 (rate-limit per-endpoint logs).

@@ -183,6 +183,7 @@ async def test_a_readiness_failure_warns_once_per_failing_streak(caplog: pytest.
         await trio.sleep(45)  # five checks, all failing
     warnings = [r for r in caplog.records if r.levelname == "WARNING" and "failed readiness" in r.getMessage()]
     assert len(warnings) == 1
+    assert lb.readiness_failures == 5
 
 
 def test_readiness_knobs_are_validated() -> None:
@@ -191,3 +192,42 @@ def test_readiness_knobs_are_validated() -> None:
     assert caught.value.knob == "Readiness.cooldown"
     with pytest.raises(poise.ConfigError):
         poise.Readiness(timeout=float("nan"))
+
+
+async def test_removing_an_endpoint_mid_check_cancels_the_check_and_closes_its_resource() -> None:
+    send, receive = anyio.create_memory_object_stream[poise.Update](4)
+    kwargs = scripted(b=["hang"])
+    closed: list[Backend] = []
+    lb = poise.LoadBalancer(discovery=receive, endpoint_close=closed.append, **kwargs)
+    async with send, receive, lb:
+        await send.send(poise.Snapshot(1, endpoints("a", "b")))
+        await lb.wait_ready(timeout=1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert lb.snapshot()["b"].eligible_reason is poise.IneligibleReason.NOT_READY
+        await send.send(poise.Delta(2, removed=["b"]))
+        await trio.sleep(30)  # past the readiness timeout: a surviving check would quarantine
+        assert [e.id for e in lb.snapshot().endpoints] == ["a"]
+        assert [c.endpoint.id for c in closed] == ["b"]
+        assert lb.readiness_failures == 0  # the cancelled check never reported
+
+
+async def test_a_restarted_balancer_checks_its_rebuilt_resources_afresh() -> None:
+    healthy = False
+
+    def build(endpoint: poise.Endpoint) -> Backend:
+        return Backend(endpoint, [True if healthy else OSError("down")])
+
+    lb = poise.LoadBalancer(
+        discovery=poise.StaticDiscovery(endpoints("a")),
+        endpoint_factory=build,
+        endpoint_close=lambda backend: None,
+        readiness=poise.Readiness(timeout=2.0, cooldown=10.0),
+    )
+    async with lb:
+        with pytest.raises(poise.ReadinessError):
+            await lb.wait_ready(timeout=1)
+    healthy = True
+    async with lb:
+        await lb.wait_ready(timeout=1)
+        async with lb.acquire() as permit:
+            assert permit.resource.script == [True]
