@@ -206,10 +206,13 @@ class LoadBalancer:
         # The body's exception is not the task group's business: close the group on its
         # own (its tasks only wait and never raise), so the caller's exception propagates
         # as itself rather than wrapped in an ExceptionGroup.
-        await task_group.__aexit__(None, None, None)
-        self._membership.detach()
-        self._membership.notify()
-        await self._membership.aclose()
+        try:
+            await task_group.__aexit__(None, None, None)
+        finally:
+            membership = self._membership
+            membership.detach()
+            membership.notify()  # wait_ready() callers wake up and see NotRunning
+            await membership.aclose()  # shielded inside
         return None
 
     @property
