@@ -133,7 +133,7 @@ address = "http://10.0.0.2:8080"
     )
     loaded = await poise.FileDiscovery(path).load()
     assert loaded == (
-        poise.Endpoint("a", address=("10.0.0.1", 8080), weight=2, tier=1, zone="eu-1"),
+        poise.Endpoint("a", address=("10.0.0.1", 8080), weight=2, tier=1, zone="eu-1", metadata={"rack": "r7"}),
         poise.Endpoint("b", address="http://10.0.0.2:8080"),
     )
     assert loaded[0].metadata == {"rack": "r7"}
