@@ -26,11 +26,11 @@ from .._core._policy import CircuitPolicy
 from .._core._pool import Pool
 from .._core._state import EndpointState
 from .._discovery import Delta, Snapshot, StaticDiscovery, Update
-from .._publisher import DiscoveryPublisher
 from .._endpoint import Endpoint
 from .._errors import NoEligibleEndpoints, SelectionError
 from .._faults import Fault
 from .._permit import Permit
+from .._publisher import DiscoveryPublisher
 from ._models import EndpointModel
 
 _EJECTED = frozenset({CircuitState.OPEN, CircuitState.BLOCKED, CircuitState.RETIRED})
