@@ -32,5 +32,5 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHONS)
 def bench(session: nox.Session) -> None:
     session.install("-e", ".[dev]")
-    for script in ("bench/overhead.py", "bench/health.py", "bench/coordination.py"):
+    for script in ("bench/overhead.py", "bench/health.py", "bench/discovery.py", "bench/coordination.py"):
         session.run("python", script)

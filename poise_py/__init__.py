@@ -45,6 +45,7 @@ from ._discovery import DiscoveryEnd as DiscoveryEnd
 from ._discovery import Snapshot as Snapshot
 from ._discovery import StaticDiscovery as StaticDiscovery
 from ._discovery import Update as Update
+from ._dns import DnsDiscovery as DnsDiscovery
 from ._endpoint import AdminStatus as AdminStatus
 from ._endpoint import Endpoint as Endpoint
 from ._errors import AlreadyRunning as AlreadyRunning
@@ -58,6 +59,7 @@ from ._errors import DuplicateIdentity as DuplicateIdentity
 from ._errors import DuplicateRevision as DuplicateRevision
 from ._errors import EmptyPool as EmptyPool
 from ._errors import EndpointFactoryError as EndpointFactoryError
+from ._errors import EndpointsFileError as EndpointsFileError
 from ._errors import IneligibleReason as IneligibleReason
 from ._errors import NoEligibleEndpoints as NoEligibleEndpoints
 from ._errors import NotDraining as NotDraining
@@ -65,14 +67,20 @@ from ._errors import NotRunning as NotRunning
 from ._errors import PermitError as PermitError
 from ._errors import PoiseError as PoiseError
 from ._errors import ProbeFailed as ProbeFailed
+from ._errors import PublisherClosed as PublisherClosed
 from ._errors import ReadinessError as ReadinessError
+from ._errors import ReadyTimeout as ReadyTimeout
 from ._errors import RevisionOverflow as RevisionOverflow
 from ._errors import SelectionError as SelectionError
 from ._errors import StaleRevision as StaleRevision
 from ._errors import UnknownIdentity as UnknownIdentity
 from ._faults import Classification as Classification
 from ._faults import Fault as Fault
+from ._file_discovery import FileDiscovery as FileDiscovery
+from ._membership import Readiness as Readiness
 from ._permit import Permit as Permit
+from ._publisher import DiscoveryPublisher as DiscoveryPublisher
+from ._publisher import Subscription as Subscription
 from ._retry import Attempt as Attempt
 from ._snapshot import EndpointCounters as EndpointCounters
 from ._snapshot import EndpointSnapshot as EndpointSnapshot

@@ -21,25 +21,28 @@ from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
 from ._core._budget import Budget, RetryBudget
 from ._core._circuit import Transition
-from ._core._directory import Directory
 from ._core._health import HealthCheck
 from ._core._policies import Policy, PowerOfTwoChoices
 from ._core._policy import CircuitPolicy
 from ._core._pool import Pool
-from ._core._state import EndpointState
+from ._core._state import EndpointState, sat_add
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
-from ._endpoint import AdminStatus
+from ._endpoint import AdminStatus, check_duration
 from ._errors import (
     AlreadyRunning,
     ConfigError,
     DiscoveryClosed,
     DiscoveryError,
+    EmptyPool,
     IneligibleReason,
+    NoEligibleEndpoints,
     NotDraining,
     NotRunning,
+    ReadyTimeout,
 )
 from ._faults import Classification, Fault
 from ._health import HealthRunner
+from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._permit import Permit
 from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
@@ -81,6 +84,14 @@ class LoadBalancer:
         retry_budget: bounds the retries of :meth:`call` (default :class:`RetryBudget`).
         health_check: active health checking (:class:`HealthCheck`), run in the
             balancer's task group; None (default) for passive health only.
+        endpoint_factory: builds per-endpoint state (a connection pool, a client) for
+            each endpoint as it joins, sync or async; reach it as ``permit.resource``.
+            If it raises, the update is rejected whole (:class:`EndpointFactoryError`).
+            A result with a ``ready()`` method keeps its endpoint out until it passes.
+        endpoint_close: releases what the factory built (sync or async), when an
+            endpoint has left and its last permit has ended, when an update is rejected
+            after building, and when the balancer stops.
+        readiness: timeout and quarantine cool-down of ``ready()`` checks.
         coordination: share every endpoint's circuit with the balancers using the same
             storage (:class:`Coordination`); default None, each balancer on its own.
     """
@@ -97,6 +108,9 @@ class LoadBalancer:
         seed: int | None = None,
         retry_budget: RetryBudget | None = None,
         health_check: HealthCheck | None = None,
+        endpoint_factory: EndpointFactory | None = None,
+        endpoint_close: EndpointClose | None = None,
+        readiness: Readiness | None = None,
         coordination: Coordination | None = None,
     ) -> None:
         if not hasattr(discovery, "__aiter__"):
@@ -118,6 +132,12 @@ class LoadBalancer:
             raise ConfigError("clock", f"must be callable, got {clock!r}")
         if health_check is not None:
             _check_health(health_check, circuit)
+        if endpoint_factory is not None and not callable(endpoint_factory):
+            raise ConfigError("endpoint_factory", f"must be callable, got {endpoint_factory!r}")
+        if endpoint_close is not None and not callable(endpoint_close):
+            raise ConfigError("endpoint_close", f"must be callable, got {endpoint_close!r}")
+        if readiness is not None and not isinstance(readiness, Readiness):
+            raise ConfigError("readiness", f"must be a Readiness, got {readiness!r}")
         if coordination is not None:
             if not isinstance(coordination, Coordination):
                 raise ConfigError("coordination", f"must be a Coordination or None, got {coordination!r}")
@@ -134,7 +154,14 @@ class LoadBalancer:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
             self._health = HealthRunner(health_check, self._pool, health_rng.random)
         self._drain_waiters: dict[EndpointState, anyio.Event] = {}
-        self._directory = Directory()
+        self._membership = Membership(
+            self._pool,
+            factory=endpoint_factory,
+            close=endpoint_close,
+            readiness=readiness,
+            on_change=None if self._health is None else self._health.apply,
+        )
+        self._discovery_over = False
         self._cancelled: type[BaseException] = BaseException
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running = False
@@ -159,13 +186,16 @@ class LoadBalancer:
         self._cancelled = anyio.get_cancelled_exc_class()
         self._closed = False
         self._timer_wakeup = anyio.Event()
+        self._discovery_over = False
         source = self._discovery
+        await self._membership.prepare()
         if isinstance(source, StaticDiscovery):
             # Applied before the task group exists: a bad list raises with nothing to undo.
-            self._apply(source.snapshot, ignore_duplicate=True)
+            await self._apply(source.snapshot, ignore_duplicate=True)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._membership.attach(task_group)
         self._running = True
         self._serving = True
         if not isinstance(source, StaticDiscovery):
@@ -193,11 +223,17 @@ class LoadBalancer:
         # The body's exception is not the task group's business: close the group on its
         # own (its tasks only wait and never raise), so the caller's exception propagates
         # as itself rather than wrapped in an ExceptionGroup.
-        await task_group.__aexit__(None, None, None)
-        coordinator = self._coordinator
-        if coordinator is not None:
-            with anyio.CancelScope(shield=True):
-                await coordinator.aclose()
+        try:
+            await task_group.__aexit__(None, None, None)
+        finally:
+            membership = self._membership
+            membership.detach()
+            membership.notify()  # wait_ready() callers wake up and see NotRunning
+            await membership.aclose()  # shielded inside
+            coordinator = self._coordinator
+            if coordinator is not None:
+                with anyio.CancelScope(shield=True):
+                    await coordinator.aclose()  # give back unused probe leases
         return None
 
     @property
@@ -220,6 +256,8 @@ class LoadBalancer:
         Raises:
             EmptyPool: discovery has delivered no endpoint yet.
             NoEligibleEndpoints: endpoints exist but none may take a permit now.
+            ReadinessError: readiness failures quarantined every endpoint (the error names
+                the last one; the per-reason counts are on its ``__cause__``).
             DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
             NotRunning: outside ``async with lb``.
         """
@@ -227,7 +265,13 @@ class LoadBalancer:
             if not self._running:
                 raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
             raise DiscoveryClosed("the discovery stream ended and the balancer fails closed")
-        state, ticket, now = self._pool.select(self._clock, key, exclude)
+        try:
+            state, ticket, now = self._pool.select(self._clock, key, exclude)
+        except NoEligibleEndpoints as exc:
+            readiness = self._membership.readiness_error()
+            if readiness is None:
+                raise
+            raise readiness from exc
         return Permit(self, state, ticket, now)
 
     async def call(
@@ -350,6 +394,8 @@ class LoadBalancer:
         waiter = self._drain_waiters.pop(state, None)
         if waiter is not None:
             waiter.set()
+        if not state.live:
+            self._membership.idle(state)  # a removed endpoint's last permit: release its resource
 
     def snapshot(self) -> PoolSnapshot:
         """A frozen view of every endpoint and of the pool."""
@@ -363,43 +409,92 @@ class LoadBalancer:
 
     # -- background --------------------------------------------------------------------
 
-    def _apply(self, update: Update, *, ignore_duplicate: bool = False) -> None:
-        pool = self._pool
-        live = {i: s.endpoint for i, s in pool.members.items()}
-        if ignore_duplicate and self._directory.revision == update.revision:
+    async def _apply(self, update: Update, *, ignore_duplicate: bool = False) -> None:
+        membership = self._membership
+        if ignore_duplicate and membership.revision == update.revision:
             return
-        changes = self._directory.plan(update, live)
-        now = self._clock()
-        pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated)
-        if self._health is not None:
-            self._health.apply(now, [e.id for e in changes.added], changes.removed)
-        self._directory.commit(changes)
+        await membership.apply(update, self._clock)
         self._closed = False
         self._serving = self._running
         if self._coordinator is not None:
             self._coordinator.members_changed()
 
+    def _discovery_rejected(self, update: object, exc: DiscoveryError) -> None:
+        """Report a rejected update (the one place to hang a DiscoveryRejected event)."""
+        self.discovery_rejected = sat_add(self.discovery_rejected)
+        revision = getattr(update, "revision", None)
+        logger.warning("poise_py: discovery update (revision %r) rejected: %s", revision, exc)
+
     async def _run_discovery(self, source: AsyncIterable[Update]) -> None:
+        iterator = aiter(source)
+        # A Subscription can restart from a full snapshot once we reject one of its updates.
+        resync: Callable[[], None] | None = getattr(iterator, "resync", None)
         try:
-            async for update in source:
+            async for update in iterator:
                 try:
-                    self._apply(update)
+                    await self._apply(update)
                 except DiscoveryError as exc:
-                    self.discovery_rejected += 1
-                    logger.warning("poise_py: discovery update rejected: %s", exc)
+                    self._discovery_rejected(update, exc)
+                    if resync is not None:
+                        resync()
         except Exception:
             logger.exception("poise_py: the discovery stream failed")
         self._discovery_ended()
 
     def _discovery_ended(self) -> None:
+        self._discovery_over = True
         if self._on_end is DiscoveryEnd.FAIL_CLOSED:
-            pool = self._pool
-            removed = list(pool.members)
-            pool.apply(self._clock(), removed=removed)
-            if self._health is not None:
-                self._health.apply(self._clock(), (), removed)
+            self._membership.clear(self._clock())
             self._closed = True
             self._serving = False
+            logger.warning("poise_py: the discovery stream ended; failing closed")
+        else:
+            logger.info("poise_py: the discovery stream ended; serving the last known good pool")
+        self._membership.notify()
+
+    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the contract's API
+        """Wait until the pool holds an endpoint that may serve (discovered, and ready if checked).
+
+        Returns at once if one already does. Raises rather than wait for what cannot come.
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+
+        Raises:
+            ReadyTimeout: nothing became usable within ``timeout``.
+            ReadinessError: readiness failures quarantined every endpoint.
+            DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
+            EmptyPool: the stream ended (last-known-good) without delivering an endpoint.
+            NotRunning: outside ``async with lb`` (also if the balancer stops meanwhile).
+        """
+        if timeout is not None:
+            timeout = check_duration("timeout", timeout, allow_zero=True)
+        membership = self._membership
+        with anyio.move_on_after(timeout):
+            while True:
+                if not self._running:
+                    raise NotRunning("wait_ready() needs a running balancer: use it inside `async with lb:`")
+                if self._closed:
+                    raise DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+                if membership.usable:
+                    return
+                readiness = membership.readiness_error()
+                if readiness is not None:
+                    raise readiness
+                if self._discovery_over and not self._pool.members:
+                    raise EmptyPool("the discovery stream ended without delivering any endpoint")
+                await membership.changed()
+        raise ReadyTimeout(f"no endpoint became usable within {timeout}s")
+
+    @property
+    def discovery_revision(self) -> int | None:
+        """The revision of the live pool, or None before the first update."""
+        return self._membership.revision
+
+    @property
+    def readiness_failures(self) -> int:
+        """Failed readiness checks so far (saturating at ``2**64 - 1``)."""
+        return self._membership.readiness_failures
 
     async def _run_timers(self) -> None:
         pool = self._pool

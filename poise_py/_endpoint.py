@@ -33,7 +33,8 @@ class Endpoint:
         weight: relative share for weighted policies, 1 to ``2**32``.
         tier: priority level, 0 first; traffic spills to higher tiers as health falls.
         zone: optional locality label.
-        metadata: free-form, read-only.
+        metadata: free-form, read-only; compared by equality (an update that changes it is an
+            update), not hashed.
     """
 
     id: str
@@ -42,7 +43,7 @@ class Endpoint:
     tier: int = attrs.field(default=0, kw_only=True)
     zone: str | None = attrs.field(default=None, kw_only=True)
     metadata: Mapping[str, Any] = attrs.field(
-        factory=dict, kw_only=True, converter=_freeze_metadata, eq=False, hash=False
+        factory=dict, kw_only=True, converter=_freeze_metadata, eq=True, hash=False
     )
 
     def __attrs_post_init__(self) -> None:

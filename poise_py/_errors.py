@@ -32,6 +32,8 @@ class IneligibleReason(enum.Enum):
     """An operator set it DISABLED."""
     QUARANTINED = "quarantined"
     """Its readiness check failed and it is cooling down."""
+    NOT_READY = "not_ready"
+    """It has just joined and its first readiness check has not passed yet."""
     EXCLUDED = "excluded"
     """The caller excluded it (``acquire(exclude=...)``), usually as already tried."""
     SCOPE = "scope"
@@ -149,7 +151,44 @@ class UnknownIdentity(DiscoveryError):  # noqa: N818 - reads as a state
 
 
 class EndpointFactoryError(DiscoveryError):
-    """The endpoint factory raised; the previous pool stays live and the cause is chained."""
+    """The endpoint factory raised; the previous pool stays live and the cause is chained.
+
+    Raised while applying an update (reported, and the stream goes on) or by ``async
+    with lb`` for a static list. Nothing of the update was applied, and whatever the
+    factory had already built for it was handed to ``endpoint_close``.
+
+    Attributes:
+        endpoint_id: the endpoint whose construction failed.
+    """
+
+    def __init__(self, endpoint_id: str) -> None:
+        self.endpoint_id = endpoint_id
+        super().__init__(f"the endpoint factory failed for {endpoint_id!r}; the previous pool stays live")
+
+
+class PublisherClosed(DiscoveryError):  # noqa: N818 - reads as a state
+    """Raised by ``DiscoveryPublisher.publish`` after the publisher was closed."""
+
+
+class EndpointsFileError(DiscoveryError):
+    """A ``FileDiscovery`` file could not be read or is malformed; the last good pool stays live.
+
+    Reported through ``FileDiscovery(on_error=...)``, its ``error`` attribute and a log
+    line; the source keeps watching the file. Raised by ``FileDiscovery.load()``.
+
+    Attributes:
+        path: the file, as given.
+        problem: what is wrong, for people.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class ReadyTimeout(PoiseError, TimeoutError):  # noqa: N818 - reads as a state
+    """Raised by ``LoadBalancer.wait_ready`` when no endpoint became usable within its timeout."""
 
 
 class ReadinessError(SelectionError):

@@ -408,3 +408,19 @@ async def test_call_passes_arguments_and_a_classification_with_retry_after(clock
 async def _drain(stream: AsyncIterator[object]) -> None:
     async for _ in stream:
         pass
+
+
+async def test_discovery_re_emitting_a_changed_definition_clears_a_permanent_block(clock: FakeClock) -> None:
+    send, receive = anyio.create_memory_object_stream[poise.Update](10)
+    lb = poise.LoadBalancer(receive, clock=clock)
+    async with lb, send, receive:
+        await send.send(poise.Snapshot(1, [poise.Endpoint("t0", metadata={"key": "old"})]))
+        await anyio.wait_all_tasks_blocked()
+        async with lb.acquire() as permit:
+            permit.fail(Fault.PERMANENT)
+        await send.send(poise.Snapshot(2, [poise.Endpoint("t0", metadata={"key": "old"})]))
+        await anyio.wait_all_tasks_blocked()
+        assert lb.snapshot()["t0"].state is CircuitState.BLOCKED  # the same definition: still blocked
+        await send.send(poise.Snapshot(3, [poise.Endpoint("t0", metadata={"key": "rotated"})]))
+        await anyio.wait_all_tasks_blocked()
+        assert lb.snapshot()["t0"].state is CircuitState.CLOSED

@@ -39,6 +39,7 @@ _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
 _OPEN = CircuitState.OPEN
 _CLOSED = CircuitState.CLOSED
 _AUTO = AdminStatus.AUTO
+_REDISCOVERY_CLEARS = frozenset({IneligibleReason.PERMANENT, IneligibleReason.RETIRED})
 
 
 def _ignore(state: EndpointState, transition: Transition) -> None:
@@ -50,9 +51,9 @@ def _ignore_idle(state: EndpointState) -> None:
 
 
 def _gate(state: EndpointState) -> IneligibleReason | None:
-    """The operator's and active health's verdict; active health counts only under AUTO."""
+    """Readiness, then the operator's and active health's verdict; active health counts only under AUTO."""
     admin = state.admin
-    return state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin]
+    return state.readiness or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
 
 
 class Pool:
@@ -127,21 +128,16 @@ class Pool:
             state = self.members[endpoint.id]
             state.endpoint = endpoint
             state.decision = self._decision(endpoint.tier)
+            # Re-emitted with a new definition (a rotated key, a moved address): a block
+            # or a retirement was about the old one, so the circuit starts afresh.
+            if state.circuit.refusal() in _REDISCOVERY_CLEARS:
+                self._moved(state, state.circuit.reset(now))
         for endpoint in added:
             state = EndpointState(endpoint, Circuit(self.circuit_policy, self._unit, now))
             state.decision = self._decision(endpoint.tier)
             self.members[endpoint.id] = state
             self._set_available(state, available=True)
         self._allowance = ejection_allowance(len(self.members), self.circuit_policy.max_ejection_percent)
-
-    def replace(self, endpoints: Iterable[Endpoint], now: float) -> None:
-        """Make the pool exactly ``endpoints``; survivors keep their state."""
-        incoming = {e.id: e for e in endpoints}
-        members = self.members
-        removed = [i for i in members if i not in incoming]
-        updated = [e for i, e in incoming.items() if i in members and members[i].endpoint != e]
-        added = [e for i, e in incoming.items() if i not in members]
-        self.apply(now, added=added, removed=removed, updated=updated)
 
     # -- selection ---------------------------------------------------------------------
 
@@ -364,6 +360,13 @@ class Pool:
         """Record active health's verdict for one endpoint (None: it may serve); O(1)."""
         if refusal is not state.health_refusal:
             state.health_refusal = refusal
+            if state.live:
+                self._sync(state)
+
+    def set_readiness(self, state: EndpointState, reason: IneligibleReason | None) -> None:
+        """Keep ``state`` out as NOT_READY or QUARANTINED, or (None) let the rest decide; O(1)."""
+        if reason is not state.readiness:
+            state.readiness = reason
             if state.live:
                 self._sync(state)
 

@@ -42,6 +42,8 @@ class EndpointState:
         "live",
         "pos",
         "probes",
+        "readiness",
+        "resource",
         "stale",
         "successes",
         "was_ejected",
@@ -64,6 +66,10 @@ class EndpointState:
         self.cancellations = 0
         self.probes = 0
         self.stale = 0
+        self.readiness: IneligibleReason | None = None
+        """NOT_READY or QUARANTINED while its readiness check keeps it out, else None."""
+        self.resource: object = None
+        """What the balancer's endpoint factory built for it (``Permit.resource``)."""
 
     @property
     def id(self) -> str:

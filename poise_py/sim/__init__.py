@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from ._engine import Configuration as Configuration
+from ._engine import DiscoverySpec as DiscoverySpec
 from ._engine import Engine as Engine
 from ._engine import Reporting as Reporting
 from ._engine import RunResult as RunResult

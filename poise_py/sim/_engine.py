@@ -13,7 +13,7 @@ import enum
 import heapq
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterable, Callable, Sequence
 
 import anyio
 import attrs
@@ -25,11 +25,12 @@ from .._core._policies import Policy
 from .._core._policy import CircuitPolicy
 from .._core._pool import Pool
 from .._core._state import EndpointState
-from .._discovery import StaticDiscovery
+from .._discovery import Delta, Snapshot, StaticDiscovery, Update
 from .._endpoint import Endpoint
 from .._errors import NoEligibleEndpoints, SelectionError
 from .._faults import Fault
 from .._permit import Permit
+from .._publisher import DiscoveryPublisher
 from ._models import EndpointModel
 
 _EJECTED = frozenset({CircuitState.OPEN, CircuitState.BLOCKED, CircuitState.RETIRED})
@@ -76,6 +77,19 @@ class Traffic:
     timeout: float = 1.0
     attempts: int = 3
     sample_interval: float = 1.0
+
+
+@attrs.frozen(kw_only=True)
+class DiscoverySpec:
+    """Discovery through a publisher that lags reality and may die.
+
+    Attributes:
+        delay: seconds between an endpoint joining or leaving and the announcement.
+        publisher_dies_at: when the publisher is closed (its subscribers see the end).
+    """
+
+    delay: float = 1.0
+    publisher_dies_at: float | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -133,7 +147,7 @@ class _Request:
     tried: list[str] = attrs.field(factory=list)
 
 
-_ARRIVAL, _COMPLETE, _SAMPLE = 0, 1, 2
+_ARRIVAL, _COMPLETE, _SAMPLE, _DISCOVERY = 0, 1, 2, 3
 
 
 class Engine:
@@ -147,8 +161,12 @@ class Engine:
         *,
         seed: int,
         progress: Callable[[float], None] | None = None,
+        discovery: DiscoverySpec | None = None,
     ) -> None:
         self.models = {m.id: m for m in models}
+        self.discovery = discovery
+        self._publisher: DiscoveryPublisher | None = None
+        self._revision = 1
         self.traffic = traffic
         self.config = configuration
         self.seed = seed
@@ -182,12 +200,18 @@ class Engine:
         """Run the whole scenario (starts its own Trio-or-asyncio loop via anyio)."""
         return anyio.run(self._run)
 
+    def _endpoint(self, model: EndpointModel) -> Endpoint:
+        return Endpoint(model.id, address=model.id, tier=model.tier, zone=model.zone, weight=model.weight)
+
     async def _run(self) -> RunResult:
-        endpoints = [
-            Endpoint(m.id, address=m.id, tier=m.tier, zone=m.zone, weight=m.weight) for m in self.models.values()
-        ]
+        source: AsyncIterable[Update]
+        if self.discovery is None:
+            source = StaticDiscovery([self._endpoint(m) for m in self.models.values()])
+        else:
+            self._publisher = DiscoveryPublisher()
+            source = self._publisher.subscribe()
         lb = LoadBalancer(
-            StaticDiscovery(endpoints),
+            source,
             policy=self.config.policy,
             circuit=self.config.circuit,
             clock=self.clock,
@@ -204,10 +228,16 @@ class Engine:
                 chained(state, transition)
 
             pool.on_transition = on_transition
-            self._loop(lb)
+            if self._publisher is not None:
+                initial = [self._endpoint(m) for m in self.models.values() if m.exists_at(0.0)]
+                self._publisher.publish(Snapshot(self._revision, initial))
+                await anyio.wait_all_tasks_blocked()
+            await self._loop(lb)
+            if self._publisher is not None:
+                self._publisher.close()
         return self._result()
 
-    def _loop(self, lb: LoadBalancer) -> None:
+    async def _loop(self, lb: LoadBalancer) -> None:
         traffic = self.traffic
         self._push(self._next_arrival(0.0), _ARRIVAL, None)
         self._push(0.0, _SAMPLE, None)
@@ -215,6 +245,7 @@ class Engine:
             for point in model.change_points():
                 if point > 0:
                     self._push(point, _SAMPLE, model.id)
+        self._schedule_discovery()
         end = traffic.duration
         events = self._events
         next_progress = 0.0
@@ -228,6 +259,8 @@ class Engine:
                 self._start(lb, self._new_request(at))
             elif kind == _COMPLETE:
                 self._complete(lb, *payload)  # type: ignore[misc]
+            elif kind == _DISCOVERY:
+                await self._announce(payload)  # type: ignore[arg-type]
             elif payload is None:
                 self._sample(lb)
                 self._push(at + traffic.sample_interval, _SAMPLE, None)
@@ -238,6 +271,35 @@ class Engine:
                 next_progress = at + end / 200
         if self._progress is not None:
             self._progress(end)
+
+    def _schedule_discovery(self) -> None:
+        spec = self.discovery
+        if spec is None:
+            return
+        dies = spec.publisher_dies_at
+        for model in self.models.values():
+            for at, change in ((model.joins_at, "added"), (model.leaves_at, "removed")):
+                if at is None or at <= 0:
+                    continue
+                announce = at + spec.delay
+                if dies is None or announce < dies:
+                    self._push(announce, _DISCOVERY, (change, model.id))
+        if dies is not None:
+            self._push(dies, _DISCOVERY, ("dies", ""))
+
+    async def _announce(self, payload: tuple[str, str]) -> None:
+        publisher = self._publisher
+        assert publisher is not None  # noqa: S101 - scheduled only with a publisher
+        change, endpoint_id = payload
+        if change == "dies":
+            publisher.close()
+        else:
+            self._revision += 1
+            if change == "added":
+                publisher.publish(Delta(self._revision, added=[self._endpoint(self.models[endpoint_id])]))
+            else:
+                publisher.publish(Delta(self._revision, removed=[endpoint_id]))
+        await anyio.wait_all_tasks_blocked()
 
     def _next_arrival(self, after: float) -> float:
         return after + self._traffic_rng.expovariate(self.traffic.rps)
@@ -322,8 +384,8 @@ class Engine:
         if model.healthy_at(self.now) and not model.healthy_at(self.now - 1e-9):
             pool = self._pool
             pool.handle_timer(self.now)
-            state = pool.members[endpoint_id]
-            if pool.refusal(state) is None and state.circuit.state is CircuitState.CLOSED:
+            state = pool.members.get(endpoint_id)
+            if state is not None and pool.refusal(state) is None and state.circuit.state is CircuitState.CLOSED:
                 self._readmits.append(0.0)  # never left rotation
             else:
                 self._recovered_at[endpoint_id] = self.now
@@ -339,7 +401,11 @@ class Engine:
         alive = in_rotation = 0
         states = []
         for endpoint_id, model in self.models.items():
-            state = pool.members[endpoint_id]
+            state = pool.members.get(endpoint_id)
+            if state is None:  # not (or no longer) in the pool
+                states.append("absent")
+                alive += model.healthy_at(self.now)
+                continue
             eligible = pool.refusal(state) is None
             states.append(state.circuit.state.value)
             if model.healthy_at(self.now):

@@ -125,6 +125,8 @@ class EndpointModel:
     phases: tuple[Phase, ...] = (Phase(),)
     flap: Flap | None = None
     rate_limit: RateLimit | None = None
+    joins_at: float = 0.0
+    leaves_at: float | None = None
     _recent: deque[float] = attrs.field(factory=deque, init=False)
     _starts: list[float] = attrs.field(factory=list, init=False)
 
@@ -138,18 +140,29 @@ class EndpointModel:
         """The phase in force at ``now``."""
         return self.phases[bisect.bisect_right(self._starts, now) - 1]
 
+    def exists_at(self, now: float) -> bool:
+        """Whether the backend process exists at ``now`` (between joining and leaving)."""
+        return self.joins_at <= now and (self.leaves_at is None or now < self.leaves_at)
+
     def healthy_at(self, now: float) -> bool:
         """Whether this endpoint is serving correctly at ``now``."""
+        if not self.exists_at(now):
+            return False
         if self.flap is not None and self.flap.is_down(now):
             return False
         return self.phase_at(now).is_healthy
 
     def change_points(self) -> list[float]:
-        """Times at which health may change (phase starts)."""
-        return list(self._starts)
+        """Times at which health may change (phase starts, joining and leaving)."""
+        points = [*self._starts, self.joins_at]
+        if self.leaves_at is not None:
+            points.append(self.leaves_at)
+        return sorted(set(points))
 
     def respond(self, now: float, u_latency: float, u_error: float) -> Response:
         """Answer a call arriving at ``now``."""
+        if not self.exists_at(now):  # nothing listens: connection refused, at once
+            return Response(latency=0.001, fault=Fault.SUSPECT)
         phase = self.phase_at(now)
         latency = self.latency.draw(u_latency) * phase.latency_scale
         if self.rate_limit is not None:

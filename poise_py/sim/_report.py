@@ -10,7 +10,7 @@ from ._run import Report
 if TYPE_CHECKING:
     from rich.console import Console
 
-STATE_CODES = {"closed": 0, "half_open": 1, "open": 2, "blocked": 3, "retired": 4}
+STATE_CODES = {"closed": 0, "half_open": 1, "open": 2, "blocked": 3, "retired": 4, "absent": 5}
 
 
 def _ms(seconds: float | None) -> str:
@@ -72,7 +72,7 @@ def plot(reports: list[Report], path: Path) -> None:
         raise SystemExit("--plot needs matplotlib: pip install 'poise_py[sim]'") from exc
     rows = [(rep, res) for rep in reports for res in rep.results]
     fig, axes = plt.subplots(len(rows), 1, figsize=(11, 2.6 * len(rows)), squeeze=False, constrained_layout=True)
-    cmap = ListedColormap(["#4caf50", "#ffc107", "#e53935", "#6d4c41", "#424242"])
+    cmap = ListedColormap(["#4caf50", "#ffc107", "#e53935", "#6d4c41", "#424242", "#eeeeee"])
     for ax, (rep, res) in zip(axes[:, 0], rows, strict=True):
         times = [s.at for s in res.timeline]
         grid = [[STATE_CODES.get(state, 0) for state in s.states] for s in res.timeline]
@@ -84,7 +84,7 @@ def plot(reports: list[Report], path: Path) -> None:
                 aspect="auto",
                 cmap=cmap,
                 vmin=0,
-                vmax=4,
+                vmax=5,
                 extent=extent,
                 origin="lower",
                 interpolation="nearest",
@@ -113,6 +113,8 @@ def plot(reports: list[Report], path: Path) -> None:
         )
         twin.set_ylim(-0.02, 1.05)
         twin.legend(loc="lower left", fontsize=7)
-    axes[-1, 0].set_xlabel("virtual seconds  (bands: green closed, amber half-open, red open, brown blocked)")
+    axes[-1, 0].set_xlabel(
+        "virtual seconds  (bands: green closed, amber half-open, red open, brown blocked, grey retired, white absent)"
+    )
     fig.savefig(path)
     plt.close(fig)

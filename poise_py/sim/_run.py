@@ -65,6 +65,7 @@ def run(
             config,
             seed=seed,
             progress=report,
+            discovery=scenario.discovery,
         )
         results.append(engine.run())
     return Report(scenario=scenario, seed=seed, results=tuple(results))

@@ -51,7 +51,7 @@ import poise_py as poise
 from .._core._policies import Policy
 from .._errors import ConfigError
 from .._faults import Fault
-from ._engine import Configuration, Reporting, Traffic
+from ._engine import Configuration, DiscoverySpec, Reporting, Traffic
 from ._models import EndpointModel, Flap, Latency, Phase, RateLimit
 
 
@@ -85,6 +85,8 @@ class EndpointSpec:
     phases: tuple[Phase, ...] = (Phase(),)
     flap: Flap | None = None
     rate_limit: RateLimit | None = None
+    joins_at: float = 0.0
+    leaves_at: float | None = None
 
     def build(self) -> EndpointModel:
         """A fresh model."""
@@ -97,12 +99,19 @@ class EndpointSpec:
             phases=self.phases,
             flap=self.flap,
             rate_limit=self.rate_limit,
+            joins_at=self.joins_at,
+            leaves_at=self.leaves_at,
         )
 
 
 @attrs.frozen(kw_only=True)
 class Scenario:
-    """A whole simulated situation."""
+    """A whole simulated situation.
+
+    Without ``discovery`` the pool is a static list of every endpoint; with it, a
+    publisher announces each endpoint's joining and leaving ``discovery.delay`` seconds
+    late, until it dies at ``discovery.publisher_dies_at``.
+    """
 
     name: str
     description: str = ""
@@ -110,6 +119,7 @@ class Scenario:
     traffic: Traffic = attrs.field(factory=Traffic)
     endpoints: tuple[EndpointSpec, ...]
     configurations: tuple[Configuration, ...] = ()
+    discovery: DiscoverySpec | None = None
 
     def all_configurations(self) -> tuple[Configuration, ...]:
         """poise_py's default, the baselines, then the scenario's own."""
@@ -239,7 +249,21 @@ def _configurations(raw: object) -> tuple[Configuration, ...]:
             raise ConfigError(f"{where}.policy", f"unknown policy {policy_name!r}; one of {sorted(policies)}")
         circuit = _circuit(table.get("circuit", {}), f"{where}.circuit")
         budget = _build(poise.RetryBudget, table.get("retry_budget", {}), f"{where}.retry_budget")
-        out.append(Configuration(name=name, policy=policies[policy_name](), circuit=circuit, retry_budget=budget))
+        options: dict[str, object] = {}
+        if "on_discovery_end" in table:
+            try:
+                options["on_discovery_end"] = poise.DiscoveryEnd(str(table["on_discovery_end"]).lower())
+            except ValueError:
+                raise ConfigError(f"{where}.on_discovery_end", "must be last_known_good or fail_closed") from None
+        out.append(
+            Configuration(
+                name=name,
+                policy=policies[policy_name](),
+                circuit=circuit,
+                retry_budget=budget,
+                balancer_options=options,
+            )
+        )
     return tuple(out)
 
 
@@ -259,6 +283,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         traffic=traffic,
         endpoints=_endpoints(data.get("endpoints")),
         configurations=_configurations(data.get("configurations")),
+        discovery=None if "discovery" not in data else _build(DiscoverySpec, data["discovery"], "discovery"),
     )
 
 
