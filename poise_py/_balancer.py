@@ -25,7 +25,7 @@ from ._core._policy import CircuitPolicy
 from ._core._pool import Pool
 from ._core._state import EndpointState
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
-from ._endpoint import AdminStatus
+from ._endpoint import AdminStatus, check_duration
 from ._errors import (
     AlreadyRunning,
     ConfigError,
@@ -33,11 +33,16 @@ from ._errors import (
     DiscoveryError,
     IneligibleReason,
     NotRunning,
+    SelectionError,
 )
+from ._events import BalancerEvent, DiscoveryApplied, DiscoveryRejected
 from ._faults import Classification, Fault
+from ._logs import LogLimit
 from ._permit import Permit
 from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
+from ._statistics import BalancerStatistics
+from ._telemetry import DEFAULT_EVENT_BUFFER, EventStream, Observer, Telemetry
 
 logger = logging.getLogger("poise_py")
 T = TypeVar("T")
@@ -74,6 +79,11 @@ class LoadBalancer:
             ``anyio.current_time()`` returns), so Trio's ``MockClock`` drives every timer.
         seed: seeds the balancer's rng (jitter, random picks) for reproducible runs.
         retry_budget: bounds the retries of :meth:`call` (default :class:`RetryBudget`).
+        no_eligible_alert_after: seconds selections must keep failing, with no call
+            succeeding, before a :class:`NoEligiblePersisting` event and an ERROR log line
+            (default 5); one empty result at start-up does not alert. None disables it.
+        log_limit: the per-endpoint rate limit on the ``poise_py`` log (default
+            :class:`LogLimit`: 5 lines at once, 5 more per minute, per endpoint and kind).
     """
 
     def __init__(
@@ -87,6 +97,8 @@ class LoadBalancer:
         clock: Callable[[], float] | None = None,
         seed: int | None = None,
         retry_budget: RetryBudget | None = None,
+        no_eligible_alert_after: float | None = 5.0,
+        log_limit: LogLimit | None = None,
     ) -> None:
         if not hasattr(discovery, "__aiter__"):
             raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
@@ -105,6 +117,11 @@ class LoadBalancer:
             raise ConfigError("retry_budget", f"must be a RetryBudget, got {retry_budget!r}")
         if clock is not None and not callable(clock):
             raise ConfigError("clock", f"must be callable, got {clock!r}")
+        if no_eligible_alert_after is not None:
+            no_eligible_alert_after = check_duration("no_eligible_alert_after", no_eligible_alert_after)
+        log_limit = LogLimit() if log_limit is None else log_limit
+        if not isinstance(log_limit, LogLimit):
+            raise ConfigError("log_limit", f"must be a LogLimit, got {log_limit!r}")
         self._discovery = discovery
         self._classifier = classifier
         self._on_end = on_discovery_end
@@ -121,8 +138,7 @@ class LoadBalancer:
         self._timer_wakeup: anyio.Event | None = None
         self._budget = Budget(retry_budget)
         self._retries_denied = 0
-        self.discovery_rejected = 0
-        """Discovery updates rejected (stale, duplicate, incoherent); the stream went on."""
+        self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -145,6 +161,8 @@ class LoadBalancer:
         if not isinstance(source, StaticDiscovery):
             task_group.start_soon(self._run_discovery, source)
         task_group.start_soon(self._run_timers)
+        if self._clock_arg is None:
+            task_group.start_soon(self._telemetry.watch, self._clock)
         return self
 
     async def __aexit__(
@@ -158,6 +176,7 @@ class LoadBalancer:
         self._running = self._serving = False
         self._task_group = None
         task_group.cancel_scope.cancel()
+        self._telemetry.close()
         # The body's exception is not the task group's business: close the group on its
         # own (its tasks only wait and never raise), so the caller's exception propagates
         # as itself rather than wrapped in an ExceptionGroup.
@@ -190,8 +209,14 @@ class LoadBalancer:
         if not self._serving:
             if not self._running:
                 raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
-            raise DiscoveryClosed("the discovery stream ended and the balancer fails closed")
-        state, ticket, now = self._pool.select(self._clock, key, exclude)
+            closed = DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+            self._telemetry.selection_failed(closed, self._clock())
+            raise closed
+        try:
+            state, ticket, now = self._pool.select(self._clock, key, exclude)
+        except SelectionError as exc:
+            self._telemetry.selection_failed(exc, self._clock())
+            raise
         return Permit(self, state, ticket, now)
 
     async def call(
@@ -239,20 +264,34 @@ class LoadBalancer:
         if leaf is None:  # cancellation, KeyboardInterrupt, SystemExit, GeneratorExit
             self._pool.cancel(permit._state, permit._ticket)
             return
-        fault, retry_after = self._classify(leaf)
+        fault, retry_after = self._classify(leaf, permit._state.endpoint.id)
         self._finish(permit, fault, retry_after)
 
-    def _classify(self, exc: Exception) -> tuple[Fault, float | None]:
+    def _classify(self, exc: Exception, endpoint_id: str | None = None) -> tuple[Fault, float | None]:
         try:
             verdict: object = self._classifier(exc)
-        except Exception:
-            logger.exception("poise_py: the classifier raised; recording SUSPECT")
+        except Exception as error:
+            self._telemetry.log.log(
+                logging.ERROR,
+                (endpoint_id, "classifier"),
+                self._clock(),
+                "poise_py: the classifier raised on a result of endpoint %r; recording SUSPECT",
+                endpoint_id,
+                exc_info=error,
+            )
             return Fault.SUSPECT, None
         if isinstance(verdict, Fault):
             return verdict, None
         if isinstance(verdict, Classification):
             return verdict.fault, verdict.retry_after
-        logger.error("poise_py: the classifier returned %r, not a Fault; recording SUSPECT", verdict)
+        self._telemetry.log.log(
+            logging.ERROR,
+            (endpoint_id, "classifier"),
+            self._clock(),
+            "poise_py: the classifier returned %r for endpoint %r, not a Fault; recording SUSPECT",
+            verdict,
+            endpoint_id,
+        )
         return Fault.SUSPECT, None
 
     # -- operators and views -----------------------------------------------------------
@@ -267,6 +306,56 @@ class LoadBalancer:
         state = self._pool.set_admin(endpoint_id, status)
         if status is AdminStatus.AUTO and state.circuit.refusal() in _OPERATOR_CLEARED:
             self._pool.reset_circuit(state, self._clock())
+
+    def statistics(self) -> BalancerStatistics:
+        """Frozen counters: pool-wide totals (departed endpoints included) and per endpoint.
+
+        Every count saturates at ``2**64 - 1``; the per-endpoint series are bounded by the
+        live pool.
+        """
+        now = self._clock()
+        pool = self._pool
+        if pool.orphans:
+            pool.release_orphans()
+        pool.handle_timer(now)
+        return self._telemetry.statistics(now, retries_denied=self._retries_denied)
+
+    def events(self, *, buffer: int = DEFAULT_EVENT_BUFFER) -> EventStream:
+        """Subscribe to the balancer's typed events: ``async for event in lb.events():``.
+
+        The subscription starts now (before the first iteration). Each subscriber has its
+        own buffer of ``buffer`` events; a subscriber that falls behind loses the oldest
+        (counted in ``stream.dropped``) and never slows the balancer. The stream ends when
+        the balancer stops, so start the reading task in a task group that outlives
+        ``async with lb``, or close the stream yourself (``async with lb.events() as s:``).
+        """
+        return self._telemetry.subscribe(buffer)
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer(event)`` synchronously for every event from now on.
+
+        The callback runs inside the balancer's bookkeeping: it must not block, and should
+        not call back into the balancer (hand the event to a task instead). An exception
+        it raises is logged (rate-limited) and otherwise ignored.
+        """
+        self._telemetry.add_observer(observer)
+
+    def remove_observer(self, observer: Observer) -> None:
+        """Stop calling ``observer`` (ValueError if it was not added)."""
+        self._telemetry.remove_observer(observer)
+
+    def emit(self, event: BalancerEvent) -> None:
+        """Count, log and deliver an event to subscribers and observers.
+
+        The balancer's own parts (routing, health, coordination) report through this;
+        it never blocks and never raises because of a subscriber.
+        """
+        self._telemetry.emit(event)
+
+    @property
+    def discovery_rejected(self) -> int:
+        """Discovery updates rejected (stale, duplicate, incoherent); the stream went on."""
+        return self._telemetry.count(DiscoveryRejected)
 
     def snapshot(self) -> PoolSnapshot:
         """A frozen view of every endpoint and of the pool."""
@@ -285,10 +374,21 @@ class LoadBalancer:
         if ignore_duplicate and self._directory.revision == update.revision:
             return
         changes = self._directory.plan(update, live)
-        pool.apply(self._clock(), added=changes.added, removed=changes.removed, updated=changes.updated)
+        now = self._clock()
+        pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated)
         self._directory.commit(changes)
         self._closed = False
         self._serving = self._running
+        self._telemetry.emit(
+            DiscoveryApplied(
+                at=now,
+                revision=update.revision,
+                added=tuple(e.id for e in changes.added),
+                removed=tuple(changes.removed),
+                updated=tuple(e.id for e in changes.updated),
+                size=len(pool.members),
+            )
+        )
 
     async def _run_discovery(self, source: AsyncIterable[Update]) -> None:
         try:
@@ -296,8 +396,8 @@ class LoadBalancer:
                 try:
                     self._apply(update)
                 except DiscoveryError as exc:
-                    self.discovery_rejected += 1
-                    logger.warning("poise_py: discovery update rejected: %s", exc)
+                    rejected = DiscoveryRejected(at=self._clock(), revision=update.revision, error=exc)
+                    self._telemetry.emit(rejected)
         except Exception:
             logger.exception("poise_py: the discovery stream failed")
         self._discovery_ended()
@@ -331,14 +431,7 @@ class LoadBalancer:
     def _on_transition(self, state: EndpointState, transition: Transition) -> None:
         if transition.reopen_at is not None and self._timer_wakeup is not None:
             self._timer_wakeup.set()
-        logger.debug(
-            "poise_py: endpoint %r circuit %s -> %s (%s), epoch %d",
-            state.endpoint.id,
-            transition.source.value,
-            transition.target.value,
-            transition.cause.value,
-            transition.epoch,
-        )
+        self._telemetry.on_transition(state, transition)
 
 
 def _first_exception(group: BaseException) -> Exception | None:

@@ -26,6 +26,7 @@ from ._policy import CircuitPolicy
 from ._state import FAULT_INDEX, SATURATED, EndpointState, sat_add
 
 TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
+LeaveHook: TypeAlias = Callable[[EndpointState], None]
 
 _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
     AdminStatus.AUTO: None,
@@ -80,6 +81,8 @@ class Pool:
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
         self.suppressed_ejections = 0
+        self.on_leave: LeaveHook | None = None
+        """Called for each endpoint removed from the pool (telemetry folds its counters)."""
 
     # -- membership --------------------------------------------------------------------
 
@@ -104,6 +107,8 @@ class Pool:
             if state.was_ejected:
                 self._ejected -= 1
                 state.was_ejected = False
+            if self.on_leave is not None:
+                self.on_leave(state)
         for endpoint in updated:
             state = self.members[endpoint.id]
             state.endpoint = endpoint

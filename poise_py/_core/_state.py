@@ -14,11 +14,24 @@ _NO_DECISION = Decision(DecisionMode.HEALTHY, 0)
 
 FAULT_INDEX: dict[Fault, int] = {f: i for i, f in enumerate(Fault)}
 
+MODE_INDEX: dict[DecisionMode, int] = {m: i for i, m in enumerate(DecisionMode)}
+
 
 def sat_add(value: int, n: int = 1) -> int:
     """Add ``n`` to a counter, saturating at ``2**64 - 1``."""
     total = value + n
     return total if total < SATURATED else SATURATED
+
+
+def count_selection(state: EndpointState, mode: DecisionMode) -> None:
+    """Count one selection of ``state`` made in ``mode`` (a no-op for HEALTHY, which is derived).
+
+    Routing calls this on its SPILLOVER and PANIC paths only, so telemetry costs the
+    healthy hot path nothing.
+    """
+    if mode is not DecisionMode.HEALTHY:
+        i = MODE_INDEX[mode]
+        state.mode_selections[i] = sat_add(state.mode_selections[i])
 
 
 class EndpointState:
@@ -38,6 +51,7 @@ class EndpointState:
         "faults",
         "inflight",
         "live",
+        "mode_selections",
         "pos",
         "probes",
         "stale",
@@ -60,6 +74,10 @@ class EndpointState:
         self.cancellations = 0
         self.probes = 0
         self.stale = 0
+        self.mode_selections = [0] * len(MODE_INDEX)
+        """Selections made in SPILLOVER and PANIC mode (the HEALTHY slot stays 0): the
+        routing path counts them with :func:`count_selection`; HEALTHY selections are
+        derived (issued minus these), so the healthy fast path counts nothing extra."""
 
     @property
     def id(self) -> str:
