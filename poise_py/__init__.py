@@ -77,5 +77,6 @@ from ._statistics import BalancerStatistics as BalancerStatistics
 from ._statistics import PoolCounters as PoolCounters
 from ._telemetry import EventStream as EventStream
 from ._telemetry import Observer as Observer
+from ._version import VERSION
 
-__version__ = "0.1.0"
+__version__ = VERSION

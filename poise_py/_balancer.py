@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import AsyncIterable, Awaitable, Callable, Collection, Hashable
 from types import TracebackType
@@ -351,6 +352,19 @@ class LoadBalancer:
         it never blocks and never raises because of a subscriber.
         """
         self._telemetry.emit(event)
+
+    def _read_statistics(self) -> BalancerStatistics:
+        """:meth:`statistics` without side effects, for a metrics reader on another thread."""
+        try:
+            now = self._clock()
+        except Exception:  # noqa: BLE001 - outside the event loop the backend clock cannot be read
+            now = math.nan
+        for _ in range(3):
+            try:
+                return self._telemetry.statistics(now, retries_denied=self._retries_denied, settle=False)
+            except RuntimeError:  # the pool changed size under a reader thread: read again
+                continue
+        return self._telemetry.statistics(now, retries_denied=self._retries_denied, settle=False)
 
     @property
     def discovery_rejected(self) -> int:

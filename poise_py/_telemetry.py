@@ -524,20 +524,24 @@ class Telemetry:
             total += state.successes
         return total
 
-    def statistics(self, now: float, *, retries_denied: int) -> BalancerStatistics:
-        """Freeze every counter, pool-wide and per live endpoint."""
-        self.evaluate(now)
-        self._prune()
+    def statistics(self, now: float, *, retries_denied: int, settle: bool = True) -> BalancerStatistics:
+        """Freeze every counter, pool-wide and per live endpoint.
+
+        With ``settle`` False nothing is changed (no alert evaluated, nothing folded), so
+        a metrics reader may call it from its own thread; it copies what it iterates.
+        """
+        if settle:
+            self.evaluate(now)
+            self._prune()
         pool = self._pool
         totals = self._departed.copy()
-        issued = 0
         inflight = 0
         endpoints = {}
-        for state in pool.members.values():
+        for state in list(pool.members.values()):
             totals.add(state)
             inflight += state.inflight
             endpoints[state.endpoint.id] = endpoint_counters(state)
-        for state in self._lingering:
+        for state in list(self._lingering):
             totals.add(state)
             inflight += state.inflight
         issued = totals.successes + sum(totals.faults) + totals.cancellations + inflight
