@@ -56,10 +56,10 @@ class RateLimiter:
     """Token buckets per key; pure (``now`` comes in)."""
 
     def __init__(self, limit: LogLimit) -> None:
-        self.limit = limit
+        self.limit: LogLimit = limit
         self._rate = limit.burst / limit.interval
         self._buckets: OrderedDict[Hashable, _Bucket] = OrderedDict()
-        self.suppressed = 0
+        self.suppressed: int = 0
         """Lines held back in all, over the limiter's life (saturating is moot for a Python int)."""
 
     def allow(self, key: Hashable, now: float) -> int | None:
@@ -96,8 +96,8 @@ class LimitedLog:
     """Writes to the ``poise_py`` logger through a :class:`RateLimiter`."""
 
     def __init__(self, limit: LogLimit, log: logging.Logger = logger) -> None:
-        self.limiter = RateLimiter(limit)
-        self.logger = log
+        self.limiter: RateLimiter = RateLimiter(limit)
+        self.logger: logging.Logger = log
 
     def log(
         self,

@@ -131,7 +131,7 @@ class EventStream:
         self._maxlen = maxlen
         self._wakeup: anyio.Event | None = None
         self._closed = False
-        self.dropped = 0
+        self.dropped: int = 0
         """Events dropped because the buffer was full (the oldest go first)."""
 
     def _push(self, event: BalancerEvent) -> None:
@@ -204,16 +204,16 @@ class Telemetry:
     def __init__(self, pool: Pool, *, alert_after: float | None, log_limit: LogLimit) -> None:
         self._pool = pool
         pool.on_leave = self._left
-        self.log = LimitedLog(log_limit)
-        self.alert_after = alert_after
+        self.log: LimitedLog = LimitedLog(log_limit)
+        self.alert_after: float | None = alert_after
         self._observers: list[Observer] = []
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
         self._counts: dict[type[BalancerEvent], int] = {}
         self._departed = _Totals()
         self._lingering: list[EndpointState] = []
         self._prune_at = 16
-        self.failed_selections = 0
-        self.events_dropped = 0
+        self.failed_selections: int = 0
+        self.events_dropped: int = 0
         self._dispatching = False
         self._pending: deque[BalancerEvent] = deque()
         # The no-eligible episode.

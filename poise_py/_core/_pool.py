@@ -53,6 +53,10 @@ class Pool:
         on_transition: called for every circuit move (events, logs).
     """
 
+    # Declared types (for type checkers and the public type surface); values are set in __init__.
+    timed: bool
+    suppressed_ejections: int
+
     def __init__(
         self,
         circuit: CircuitPolicy,

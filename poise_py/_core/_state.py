@@ -41,6 +41,23 @@ class EndpointState:
     reused, so a late result for it can never touch a re-added endpoint of the same id.
     """
 
+    # Declared types (for type checkers and the public type surface); values are set in __init__.
+    endpoint: Endpoint
+    circuit: Circuit
+    admin: AdminStatus
+    inflight: int
+    pos: int
+    live: bool
+    was_ejected: bool
+    ewma: float
+    decision: Decision
+    successes: int
+    faults: list[int]
+    cancellations: int
+    probes: int
+    stale: int
+    mode_selections: list[int]
+
     __slots__ = (
         "admin",
         "cancellations",
