@@ -36,7 +36,7 @@ from ._errors import (
     NotRunning,
     SelectionError,
 )
-from ._events import BalancerEvent, DiscoveryApplied, DiscoveryRejected
+from ._events import DiscoveryApplied, DiscoveryRejected
 from ._faults import Classification, Fault
 from ._logs import LogLimit
 from ._permit import Permit
@@ -344,14 +344,6 @@ class LoadBalancer:
     def remove_observer(self, observer: Observer) -> None:
         """Stop calling ``observer`` (ValueError if it was not added)."""
         self._telemetry.remove_observer(observer)
-
-    def emit(self, event: BalancerEvent) -> None:
-        """Count, log and deliver an event to subscribers and observers.
-
-        The balancer's own parts (routing, health, coordination) report through this;
-        it never blocks and never raises because of a subscriber.
-        """
-        self._telemetry.emit(event)
 
     def _read_statistics(self) -> BalancerStatistics:
         """:meth:`statistics` without side effects, for a metrics reader on another thread."""

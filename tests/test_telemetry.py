@@ -191,7 +191,7 @@ async def test_an_event_emitted_by_an_observer_is_delivered_after_the_current_on
         def first(event: poise.BalancerEvent) -> None:
             order.append(f"first:{type(event).__name__}")
             if isinstance(event, poise.CircuitOpened):
-                lb.emit(poise.PanicStarted(at=event.at, tier=0, healthy_share=0.0))
+                lb._telemetry.emit(poise.PanicStarted(at=event.at, tier=0, healthy_share=0.0))
 
         lb.add_observer(first)
         lb.add_observer(lambda e: order.append(f"second:{type(e).__name__}"))
@@ -207,9 +207,11 @@ async def test_an_event_emitted_by_an_observer_is_delivered_after_the_current_on
 async def test_emit_counts_panics_and_coordination_fallbacks(clock: FakeClock) -> None:
     async with static_lb("a", clock=clock) as lb:
         stream = lb.events()
-        lb.emit(poise.PanicStarted(at=1.0, tier=0, healthy_share=0.2))
-        lb.emit(poise.PanicEnded(at=2.0, tier=0, healthy_share=0.9))
-        lb.emit(poise.CoordinationFallback(at=3.0, endpoint_id="a", error=ConnectionError("redis down")))
+        lb._telemetry.emit(poise.PanicStarted(at=1.0, tier=0, healthy_share=0.2))
+        lb._telemetry.emit(poise.PanicEnded(at=2.0, tier=0, healthy_share=0.9))
+        lb._telemetry.emit(
+            poise.CoordinationFallback(at=3.0, endpoint_id="a", error=ConnectionError("redis down"))
+        )
         stats = lb.statistics().pool
         assert stats.panics == 1
         assert stats.coordination_fallbacks == 1
