@@ -38,7 +38,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHONS)
 def bench(session: nox.Session) -> None:
     session.install("-e", ".[dev]")
-    for script in ("bench/overhead.py",):
+    for script in ("bench/overhead.py", "bench/health.py", "bench/discovery.py"):
         session.run("python", script)
 
 
@@ -88,6 +88,4 @@ def verifytypes(session: nox.Session) -> None:
     # bin on PATH (pyright otherwise may resolve poise_py through another interpreter).
     path = f"{session.bin}:/usr/local/bin:/usr/bin:/bin"
     with session.chdir(session.create_tmp()):
-        session.run(
-            "pyright", "--verifytypes", "poise_py", "--ignoreexternal", *session.posargs, env={"PATH": path}
-        )
+        session.run("pyright", "--verifytypes", "poise_py", "--ignoreexternal", *session.posargs, env={"PATH": path})

@@ -44,9 +44,7 @@ async def bare(n: int) -> None:
             pass
 
 
-def make_lb(
-    policy: poise.Policy, size: int, circuit: poise.CircuitPolicy | None = None
-) -> poise.LoadBalancer:
+def make_lb(policy: poise.Policy, size: int, circuit: poise.CircuitPolicy | None = None) -> poise.LoadBalancer:
     eps = [poise.Endpoint(f"e{i}", address=("127.0.0.1", 10000 + i % 50000)) for i in range(size)]
     return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=policy, circuit=circuit, seed=1)
 
@@ -98,9 +96,7 @@ async def main(iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=100_000)
     args = parser.parse_args()
     trio.run(main, args.iterations)

@@ -62,10 +62,7 @@ async def start(name: str) -> tuple[aio.Server, int]:
 async def main() -> None:
     names = ["w1", "w2", "w3", "w4"]
     started = [await start(name) for name in names]
-    channels = {
-        name: aio.insecure_channel(f"127.0.0.1:{port}")
-        for name, (_, port) in zip(names, started, strict=True)
-    }
+    channels = {name: aio.insecure_channel(f"127.0.0.1:{port}") for name, (_, port) in zip(names, started, strict=True)}
     stubs = {name: channel.unary_unary(METHOD) for name, channel in channels.items()}
 
     async def dispatch(endpoint: poise.Endpoint, payload: bytes) -> bytes:

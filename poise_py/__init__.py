@@ -7,6 +7,7 @@ endpoint's circuit epoch, and how the block ends is the health signal.
 from __future__ import annotations
 
 from . import classify as classify
+from . import probes as probes
 from ._balancer import LoadBalancer as LoadBalancer
 from ._classify import Classifier as Classifier
 from ._classify import FaultError as FaultError
@@ -17,6 +18,9 @@ from ._core._circuit import CircuitState as CircuitState
 from ._core._ejection import Backoff as Backoff
 from ._core._ejection import Escalation as Escalation
 from ._core._ejection import HardCap as HardCap
+from ._core._health import HealthCheck as HealthCheck
+from ._core._health import HealthSnapshot as HealthSnapshot
+from ._core._health import HealthStatus as HealthStatus
 from ._core._policies import Policy as Policy
 from ._core._policies import PowerOfTwoChoices as PowerOfTwoChoices
 from ._core._policies import RoundRobin as RoundRobin
@@ -30,6 +34,7 @@ from ._discovery import DiscoveryEnd as DiscoveryEnd
 from ._discovery import Snapshot as Snapshot
 from ._discovery import StaticDiscovery as StaticDiscovery
 from ._discovery import Update as Update
+from ._dns import DnsDiscovery as DnsDiscovery
 from ._endpoint import AdminStatus as AdminStatus
 from ._endpoint import Endpoint as Endpoint
 from ._errors import AlreadyRunning as AlreadyRunning
@@ -42,12 +47,17 @@ from ._errors import DuplicateIdentity as DuplicateIdentity
 from ._errors import DuplicateRevision as DuplicateRevision
 from ._errors import EmptyPool as EmptyPool
 from ._errors import EndpointFactoryError as EndpointFactoryError
+from ._errors import EndpointsFileError as EndpointsFileError
 from ._errors import IneligibleReason as IneligibleReason
 from ._errors import NoEligibleEndpoints as NoEligibleEndpoints
+from ._errors import NotDraining as NotDraining
 from ._errors import NotRunning as NotRunning
 from ._errors import PermitError as PermitError
 from ._errors import PoiseError as PoiseError
+from ._errors import ProbeFailed as ProbeFailed
+from ._errors import PublisherClosed as PublisherClosed
 from ._errors import ReadinessError as ReadinessError
+from ._errors import ReadyTimeout as ReadyTimeout
 from ._errors import RevisionOverflow as RevisionOverflow
 from ._errors import SelectionError as SelectionError
 from ._errors import StaleRevision as StaleRevision
@@ -67,8 +77,12 @@ from ._events import PanicEnded as PanicEnded
 from ._events import PanicStarted as PanicStarted
 from ._faults import Classification as Classification
 from ._faults import Fault as Fault
+from ._file_discovery import FileDiscovery as FileDiscovery
 from ._logs import LogLimit as LogLimit
+from ._membership import Readiness as Readiness
 from ._permit import Permit as Permit
+from ._publisher import DiscoveryPublisher as DiscoveryPublisher
+from ._publisher import Subscription as Subscription
 from ._retry import Attempt as Attempt
 from ._snapshot import EndpointCounters as EndpointCounters
 from ._snapshot import EndpointSnapshot as EndpointSnapshot

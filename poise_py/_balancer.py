@@ -20,7 +20,7 @@ import anyio
 from ._classify import Classifier, default_classifier
 from ._core._budget import Budget, RetryBudget
 from ._core._circuit import Transition
-from ._core._directory import Directory
+from ._core._health import HealthCheck
 from ._core._policies import Policy, PowerOfTwoChoices
 from ._core._policy import CircuitPolicy
 from ._core._pool import Pool
@@ -32,13 +32,19 @@ from ._errors import (
     ConfigError,
     DiscoveryClosed,
     DiscoveryError,
+    EmptyPool,
     IneligibleReason,
+    NoEligibleEndpoints,
+    NotDraining,
     NotRunning,
+    ReadyTimeout,
     SelectionError,
 )
 from ._events import DiscoveryApplied, DiscoveryRejected
 from ._faults import Classification, Fault
+from ._health import HealthRunner
 from ._logs import LogLimit
+from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._permit import Permit
 from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
@@ -85,6 +91,16 @@ class LoadBalancer:
             (default 5); one empty result at start-up does not alert. None disables it.
         log_limit: the per-endpoint rate limit on the ``poise_py`` log (default
             :class:`LogLimit`: 5 lines at once, 5 more per minute, per endpoint and kind).
+        health_check: active health checking (:class:`HealthCheck`), run in the
+            balancer's task group; None (default) for passive health only.
+        endpoint_factory: builds per-endpoint state (a connection pool, a client) for
+            each endpoint as it joins, sync or async; reach it as ``permit.resource``.
+            If it raises, the update is rejected whole (:class:`EndpointFactoryError`).
+            A result with a ``ready()`` method keeps its endpoint out until it passes.
+        endpoint_close: releases what the factory built (sync or async), when an
+            endpoint has left and its last permit has ended, when an update is rejected
+            after building, and when the balancer stops.
+        readiness: timeout and quarantine cool-down of ``ready()`` checks.
     """
 
     def __init__(
@@ -100,6 +116,10 @@ class LoadBalancer:
         retry_budget: RetryBudget | None = None,
         no_eligible_alert_after: float | None = 5.0,
         log_limit: LogLimit | None = None,
+        health_check: HealthCheck | None = None,
+        endpoint_factory: EndpointFactory | None = None,
+        endpoint_close: EndpointClose | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
         if not hasattr(discovery, "__aiter__"):
             raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
@@ -123,14 +143,34 @@ class LoadBalancer:
         log_limit = LogLimit() if log_limit is None else log_limit
         if not isinstance(log_limit, LogLimit):
             raise ConfigError("log_limit", f"must be a LogLimit, got {log_limit!r}")
+        if health_check is not None:
+            _check_health(health_check, circuit)
+        if endpoint_factory is not None and not callable(endpoint_factory):
+            raise ConfigError("endpoint_factory", f"must be callable, got {endpoint_factory!r}")
+        if endpoint_close is not None and not callable(endpoint_close):
+            raise ConfigError("endpoint_close", f"must be callable, got {endpoint_close!r}")
+        if readiness is not None and not isinstance(readiness, Readiness):
+            raise ConfigError("readiness", f"must be a Readiness, got {readiness!r}")
         self._discovery = discovery
         self._classifier = classifier
         self._on_end = on_discovery_end
         self._clock_arg = clock
         self._clock: Callable[[], float] = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
-        self._pool = Pool(circuit, policy, self._rng, on_transition=self._on_transition)
-        self._directory = Directory()
+        self._pool = Pool(circuit, policy, self._rng, on_transition=self._on_transition, on_idle=self._on_idle)
+        self._health: HealthRunner | None = None
+        if health_check is not None:
+            health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
+            self._health = HealthRunner(health_check, self._pool, health_rng.random)
+        self._drain_waiters: dict[EndpointState, anyio.Event] = {}
+        self._membership = Membership(
+            self._pool,
+            factory=endpoint_factory,
+            close=endpoint_close,
+            readiness=readiness,
+            on_change=None if self._health is None else self._health.apply,
+        )
+        self._discovery_over = False
         self._cancelled: type[BaseException] = BaseException
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running = False
@@ -150,13 +190,16 @@ class LoadBalancer:
         self._cancelled = anyio.get_cancelled_exc_class()
         self._closed = False
         self._timer_wakeup = anyio.Event()
+        self._discovery_over = False
         source = self._discovery
+        await self._membership.prepare()
         if isinstance(source, StaticDiscovery):
             # Applied before the task group exists: a bad list raises with nothing to undo.
-            self._apply(source.snapshot, ignore_duplicate=True)
+            await self._apply(source.snapshot, ignore_duplicate=True)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._membership.attach(task_group)
         self._running = True
         self._serving = True
         if not isinstance(source, StaticDiscovery):
@@ -164,6 +207,8 @@ class LoadBalancer:
         task_group.start_soon(self._run_timers)
         if self._clock_arg is None:
             task_group.start_soon(self._telemetry.watch, self._clock)
+        if self._health is not None:
+            task_group.start_soon(self._health.run, task_group, self._clock)
         return self
 
     async def __aexit__(
@@ -181,7 +226,13 @@ class LoadBalancer:
         # The body's exception is not the task group's business: close the group on its
         # own (its tasks only wait and never raise), so the caller's exception propagates
         # as itself rather than wrapped in an ExceptionGroup.
-        await task_group.__aexit__(None, None, None)
+        try:
+            await task_group.__aexit__(None, None, None)
+        finally:
+            membership = self._membership
+            membership.detach()
+            membership.notify()  # wait_ready() callers wake up and see NotRunning
+            await membership.aclose()  # shielded inside
         return None
 
     @property
@@ -204,6 +255,8 @@ class LoadBalancer:
         Raises:
             EmptyPool: discovery has delivered no endpoint yet.
             NoEligibleEndpoints: endpoints exist but none may take a permit now.
+            ReadinessError: readiness failures quarantined every endpoint (the error names
+                the last one; the per-reason counts are on its ``__cause__``).
             DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
             NotRunning: outside ``async with lb``.
         """
@@ -216,6 +269,11 @@ class LoadBalancer:
         try:
             state, ticket, now = self._pool.select(self._clock, key, exclude)
         except SelectionError as exc:
+            if isinstance(exc, NoEligibleEndpoints):
+                readiness = self._membership.readiness_error()
+                if readiness is not None:
+                    self._telemetry.selection_failed(readiness, self._clock())
+                    raise readiness from exc
             self._telemetry.selection_failed(exc, self._clock())
             raise
         return Permit(self, state, ticket, now)
@@ -300,13 +358,58 @@ class LoadBalancer:
     def set_status(self, endpoint_id: str, status: AdminStatus) -> None:
         """Set an operator status for one endpoint (KeyError if unknown).
 
-        AUTO also clears a PERMANENT block or a hard-cap retirement (a fresh circuit).
+        DRAINING and DISABLED stop new permits (in-flight ones finish: see
+        :meth:`drained`); FORCED_HEALTHY and FORCED_UNHEALTHY overrule active health. A
+        change bumps the endpoint's probe generation, so a probe in flight cannot
+        overwrite it. AUTO hands the endpoint back to fresh probes and to its circuit, and
+        also clears a PERMANENT block or a hard-cap retirement (a fresh circuit).
         """
         if not isinstance(status, AdminStatus):
             raise ConfigError("status", f"must be an AdminStatus, got {status!r}")
         state = self._pool.set_admin(endpoint_id, status)
         if status is AdminStatus.AUTO and state.circuit.refusal() in _OPERATOR_CLEARED:
             self._pool.reset_circuit(state, self._clock())
+        if self._health is not None:
+            self._health.set_admin(state, status, self._clock())
+        if status not in _DRAINS:
+            waiter = self._drain_waiters.pop(state, None)
+            if waiter is not None:
+                waiter.set()  # the waiter sees the status and raises NotDraining
+
+    async def drained(self, endpoint_id: str) -> None:
+        """Wait until a DRAINING (or DISABLED) endpoint has no permit in flight.
+
+        Returns at once if none is in flight. Typical use: ``lb.set_status(id,
+        AdminStatus.DRAINING)``, ``await lb.drained(id)``, then take the endpoint down.
+        Bound the wait with ``anyio.fail_after`` if in-flight calls may hang.
+
+        Raises:
+            KeyError: no live endpoint has this id.
+            NotDraining: the endpoint is not DRAINING or DISABLED, or an operator moved it
+                out of those statuses while permits were still in flight.
+        """
+        state = self._pool.members[endpoint_id]
+        pool = self._pool
+        while True:
+            if pool.orphans:
+                pool.release_orphans()
+            if state.inflight == 0:
+                return
+            if state.live and state.admin not in _DRAINS:
+                raise NotDraining(
+                    f"endpoint {endpoint_id!r} is {state.admin.value}: it takes new permits, set it DRAINING first"
+                )
+            waiter = self._drain_waiters.get(state)
+            if waiter is None:
+                waiter = self._drain_waiters[state] = anyio.Event()
+            await waiter.wait()
+
+    def _on_idle(self, state: EndpointState) -> None:
+        waiter = self._drain_waiters.pop(state, None)
+        if waiter is not None:
+            waiter.set()
+        if not state.live:
+            self._membership.idle(state)  # a removed endpoint's last permit: release its resource
 
     def statistics(self) -> BalancerStatistics:
         """Frozen counters: pool-wide totals (departed endpoints included) and per endpoint.
@@ -319,7 +422,9 @@ class LoadBalancer:
         if pool.orphans:
             pool.release_orphans()
         pool.handle_timer(now)
-        return self._telemetry.statistics(now, retries_denied=self._retries_denied)
+        return self._telemetry.statistics(
+            now, retries_denied=self._retries_denied, readiness_failures=self._membership.readiness_failures
+        )
 
     def events(self, *, buffer: int = DEFAULT_EVENT_BUFFER) -> EventStream:
         """Subscribe to the balancer's typed events: ``async for event in lb.events():``.
@@ -353,10 +458,20 @@ class LoadBalancer:
             now = math.nan
         for _ in range(3):
             try:
-                return self._telemetry.statistics(now, retries_denied=self._retries_denied, settle=False)
+                return self._telemetry.statistics(
+                    now,
+                    retries_denied=self._retries_denied,
+                    readiness_failures=self._membership.readiness_failures,
+                    settle=False,
+                )
             except RuntimeError:  # the pool changed size under a reader thread: read again
                 continue
-        return self._telemetry.statistics(now, retries_denied=self._retries_denied, settle=False)
+        return self._telemetry.statistics(
+            now,
+            retries_denied=self._retries_denied,
+            readiness_failures=self._membership.readiness_failures,
+            settle=False,
+        )
 
     @property
     def discovery_rejected(self) -> int:
@@ -370,19 +485,17 @@ class LoadBalancer:
         if pool.orphans:
             pool.release_orphans()
         pool.handle_timer(now)
-        return pool_snapshot(pool, now)
+        health = self._health
+        return pool_snapshot(pool, now, health=None if health is None else health.snapshot)
 
     # -- background --------------------------------------------------------------------
 
-    def _apply(self, update: Update, *, ignore_duplicate: bool = False) -> None:
-        pool = self._pool
-        live = {i: s.endpoint for i, s in pool.members.items()}
-        if ignore_duplicate and self._directory.revision == update.revision:
+    async def _apply(self, update: Update, *, ignore_duplicate: bool = False) -> None:
+        membership = self._membership
+        if ignore_duplicate and membership.revision == update.revision:
             return
-        changes = self._directory.plan(update, live)
+        changes = await membership.apply(update, self._clock)
         now = self._clock()
-        pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated)
-        self._directory.commit(changes)
         self._closed = False
         self._serving = self._running
         self._telemetry.emit(
@@ -392,28 +505,87 @@ class LoadBalancer:
                 added=tuple(e.id for e in changes.added),
                 removed=tuple(changes.removed),
                 updated=tuple(e.id for e in changes.updated),
-                size=len(pool.members),
+                size=len(self._pool.members),
             )
         )
 
+    def _discovery_rejected(self, update: object, exc: DiscoveryError) -> None:
+        """Report a rejected update: counted, logged (rate-limited) and emitted as an event."""
+        revision = getattr(update, "revision", None)
+        self._telemetry.emit(
+            DiscoveryRejected(at=self._clock(), revision=revision if isinstance(revision, int) else None, error=exc)
+        )
+
     async def _run_discovery(self, source: AsyncIterable[Update]) -> None:
+        iterator = aiter(source)
+        # A Subscription can restart from a full snapshot once we reject one of its updates.
+        resync: Callable[[], None] | None = getattr(iterator, "resync", None)
         try:
-            async for update in source:
+            async for update in iterator:
                 try:
-                    self._apply(update)
+                    await self._apply(update)
                 except DiscoveryError as exc:
-                    rejected = DiscoveryRejected(at=self._clock(), revision=update.revision, error=exc)
-                    self._telemetry.emit(rejected)
+                    self._discovery_rejected(update, exc)
+                    if resync is not None:
+                        resync()
         except Exception:
             logger.exception("poise_py: the discovery stream failed")
         self._discovery_ended()
 
     def _discovery_ended(self) -> None:
+        self._discovery_over = True
         if self._on_end is DiscoveryEnd.FAIL_CLOSED:
-            pool = self._pool
-            pool.apply(self._clock(), removed=list(pool.members))
+            self._membership.clear(self._clock())
             self._closed = True
             self._serving = False
+            logger.warning("poise_py: the discovery stream ended; failing closed")
+        else:
+            logger.info("poise_py: the discovery stream ended; serving the last known good pool")
+        self._membership.notify()
+
+    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the contract's API
+        """Wait until the pool holds an endpoint that may serve (discovered, and ready if checked).
+
+        Returns at once if one already does. Raises rather than wait for what cannot come.
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+
+        Raises:
+            ReadyTimeout: nothing became usable within ``timeout``.
+            ReadinessError: readiness failures quarantined every endpoint.
+            DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
+            EmptyPool: the stream ended (last-known-good) without delivering an endpoint.
+            NotRunning: outside ``async with lb`` (also if the balancer stops meanwhile).
+        """
+        if timeout is not None:
+            timeout = check_duration("timeout", timeout, allow_zero=True)
+        membership = self._membership
+        with anyio.move_on_after(timeout):
+            while True:
+                if not self._running:
+                    raise NotRunning("wait_ready() needs a running balancer: use it inside `async with lb:`")
+                if self._closed:
+                    raise DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+                if membership.usable:
+                    return
+                readiness = membership.readiness_error()
+                if readiness is not None:
+                    raise readiness
+                if self._discovery_over and not self._pool.members:
+                    raise EmptyPool("the discovery stream ended without delivering any endpoint")
+                await membership.changed()
+        raise ReadyTimeout(f"no endpoint became usable within {timeout}s")
+
+    @property
+    def discovery_revision(self) -> int | None:
+        """The revision of the live pool, or None before the first update."""
+        return self._membership.revision
+
+    @property
+    def readiness_failures(self) -> int:
+        """Failed readiness checks so far (saturating at ``2**64 - 1``)."""
+        return self._membership.readiness_failures
 
     async def _run_timers(self) -> None:
         pool = self._pool
@@ -451,3 +623,26 @@ def _first_exception(group: BaseException) -> Exception | None:
 
 
 _OPERATOR_CLEARED = frozenset({IneligibleReason.PERMANENT, IneligibleReason.RETIRED})
+_DRAINS = frozenset({AdminStatus.DRAINING, AdminStatus.DISABLED})
+
+
+def _check_health(check: object, circuit: CircuitPolicy) -> None:
+    """Refuse a health check that could hold a recovered endpoint out longer than the breaker.
+
+    Seed 001's gateway had a health filter with a 5-minute recovery window in front of a
+    60-second breaker: the filter, not the breaker, decided when an endpoint came back.
+    Here the active side's worst-case readmission time must fit in the breaker's shortest
+    open window (see docs/health.md).
+    """
+    if not isinstance(check, HealthCheck):
+        raise ConfigError("health_check", f"must be a HealthCheck or None, got {check!r}")
+    escalation = circuit.escalation
+    shortest = escalation.window(0) * (1.0 - escalation.jitter)
+    if check.readmit_bound > shortest:
+        raise ConfigError(
+            "health_check",
+            f"a recovered endpoint could stay excluded {check.readmit_bound:.3g} s "
+            f"(timeout + healthy_threshold x (unhealthy_interval x (1 + jitter) + timeout)), "
+            f"longer than the breaker's shortest open window ({shortest:.3g} s); lower "
+            "unhealthy_interval, healthy_threshold or timeout, or raise CircuitPolicy.escalation.base",
+        )

@@ -33,7 +33,8 @@ class Endpoint:
         weight: relative share for weighted policies, 1 to ``2**32``.
         tier: priority level, 0 first; traffic spills to higher tiers as health falls.
         zone: optional locality label.
-        metadata: free-form, read-only.
+        metadata: free-form, read-only; compared by equality (an update that changes it is an
+            update), not hashed.
     """
 
     id: str
@@ -42,17 +43,13 @@ class Endpoint:
     tier: int = attrs.field(default=0, kw_only=True)
     zone: str | None = attrs.field(default=None, kw_only=True)
     metadata: Mapping[str, Any] = attrs.field(
-        factory=dict, kw_only=True, converter=_freeze_metadata, eq=False, hash=False
+        factory=dict, kw_only=True, converter=_freeze_metadata, eq=True, hash=False
     )
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise ConfigError("Endpoint.id", f"must be a non-empty string, got {self.id!r}")
-        if (
-            isinstance(self.weight, bool)
-            or not isinstance(self.weight, int)
-            or not 1 <= self.weight <= MAX_WEIGHT
-        ):
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int) or not 1 <= self.weight <= MAX_WEIGHT:
             raise ConfigError("Endpoint.weight", f"must be an int in [1, 2**32], got {self.weight!r}")
         if isinstance(self.tier, bool) or not isinstance(self.tier, int) or self.tier < 0:
             raise ConfigError("Endpoint.tier", f"must be an int >= 0, got {self.tier!r}")

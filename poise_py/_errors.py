@@ -24,12 +24,16 @@ class IneligibleReason(enum.Enum):
     """It hit the hard cap on ejections and waits for discovery to re-emit it."""
     UNHEALTHY = "unhealthy"
     """Active health checks, or an operator, classify it unhealthy."""
+    UNCLASSIFIED = "unclassified"
+    """Active health has not classified it yet and ``HealthCheck(admit_unknown=False)``."""
     DRAINING = "draining"
     """An operator set it DRAINING: in-flight permits finish, no new ones."""
     DISABLED = "disabled"
     """An operator set it DISABLED."""
     QUARANTINED = "quarantined"
     """Its readiness check failed and it is cooling down."""
+    NOT_READY = "not_ready"
+    """It has just joined and its first readiness check has not passed yet."""
     EXCLUDED = "excluded"
     """The caller excluded it (``acquire(exclude=...)``), usually as already tried."""
     SCOPE = "scope"
@@ -68,6 +72,30 @@ class NoEligibleEndpoints(SelectionError):  # noqa: N818 - the contract's name
 
 class DiscoveryClosed(SelectionError):  # noqa: N818 - the contract's name
     """Raised by ``acquire`` after the discovery stream ended under ``DiscoveryEnd.FAIL_CLOSED``."""
+
+
+class NotDraining(PoiseError):  # noqa: N818 - reads as a state
+    """Raised by ``LoadBalancer.drained`` when the endpoint is not DRAINING or DISABLED.
+
+    Also raised to a waiting caller when an operator moves the endpoint out of those
+    statuses while permits are still in flight: it takes new permits again, so its
+    in-flight count may never reach zero.
+    """
+
+
+class ProbeFailed(PoiseError):  # noqa: N818 - reads as an outcome
+    """Raised by the ready-made probes in ``poise_py.probes`` when an endpoint answers unhealthily.
+
+    The health runner counts any exception from a probe as an unhealthy result; this one
+    says the endpoint answered, but not as the probe expects (say, HTTP 503).
+
+    Attributes:
+        endpoint_id: the probed endpoint's id.
+    """
+
+    def __init__(self, endpoint_id: str, problem: str) -> None:
+        self.endpoint_id = endpoint_id
+        super().__init__(f"endpoint {endpoint_id!r}: {problem}")
 
 
 class PermitError(PoiseError):
@@ -123,7 +151,44 @@ class UnknownIdentity(DiscoveryError):  # noqa: N818 - reads as a state
 
 
 class EndpointFactoryError(DiscoveryError):
-    """The endpoint factory raised; the previous pool stays live and the cause is chained."""
+    """The endpoint factory raised; the previous pool stays live and the cause is chained.
+
+    Raised while applying an update (reported, and the stream goes on) or by ``async
+    with lb`` for a static list. Nothing of the update was applied, and whatever the
+    factory had already built for it was handed to ``endpoint_close``.
+
+    Attributes:
+        endpoint_id: the endpoint whose construction failed.
+    """
+
+    def __init__(self, endpoint_id: str) -> None:
+        self.endpoint_id = endpoint_id
+        super().__init__(f"the endpoint factory failed for {endpoint_id!r}; the previous pool stays live")
+
+
+class PublisherClosed(DiscoveryError):  # noqa: N818 - reads as a state
+    """Raised by ``DiscoveryPublisher.publish`` after the publisher was closed."""
+
+
+class EndpointsFileError(DiscoveryError):
+    """A ``FileDiscovery`` file could not be read or is malformed; the last good pool stays live.
+
+    Reported through ``FileDiscovery(on_error=...)``, its ``error`` attribute and a log
+    line; the source keeps watching the file. Raised by ``FileDiscovery.load()``.
+
+    Attributes:
+        path: the file, as given.
+        problem: what is wrong, for people.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class ReadyTimeout(PoiseError, TimeoutError):  # noqa: N818 - reads as a state
+    """Raised by ``LoadBalancer.wait_ready`` when no endpoint became usable within its timeout."""
 
 
 class ReadinessError(SelectionError):

@@ -140,11 +140,11 @@ class DiscoveryRejected(BalancerEvent):
     """A discovery update was rejected whole; the live pool is as it was.
 
     Attributes:
-        revision: the rejected update's revision.
+        revision: the rejected update's revision (None if it carried none).
         error: the typed reason (:class:`StaleRevision`, :class:`DuplicateIdentity`...).
     """
 
-    revision: int
+    revision: int | None
     error: DiscoveryError
 
 
@@ -190,9 +190,7 @@ class NoEligiblePersisting(BalancerEvent):
 
     since: float
     error: SelectionError
-    reasons: Mapping[IneligibleReason, int] = attrs.field(
-        factory=dict, converter=_frozen_reasons, eq=False, hash=False
-    )
+    reasons: Mapping[IneligibleReason, int] = attrs.field(factory=dict, converter=_frozen_reasons, eq=False, hash=False)
     total: int
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._errors import PermitError
 from ._faults import Fault, check_retry_after
@@ -47,6 +47,11 @@ class Permit:
     def endpoint(self) -> Endpoint:
         """The endpoint to call."""
         return self._state.endpoint
+
+    @property
+    def resource(self) -> Any:
+        """What the balancer's ``endpoint_factory`` built for this endpoint (None without one)."""
+        return self._state.resource
 
     @property
     def decision(self) -> Decision:

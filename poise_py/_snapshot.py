@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import attrs
 
 from ._core._circuit import CircuitState
+from ._core._health import HealthSnapshot
 from ._core._pool import Pool
 from ._core._state import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
 from ._decision import DecisionMode
 from ._endpoint import AdminStatus, Endpoint
 from ._errors import IneligibleReason
 from ._faults import Fault
+
+HealthView = Callable[[str], HealthSnapshot | None]
+"""Endpoint id -> its active-health view (the balancer's health runner)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -58,6 +62,7 @@ class EndpointSnapshot:
         consecutive_failures: the current run of strikes.
         escalation_level: ejections in the current episode (drives the open window).
         counters: the observation counters.
+        health: active health (``HealthCheck``), or None when the balancer has none.
     """
 
     endpoint: Endpoint
@@ -70,6 +75,7 @@ class EndpointSnapshot:
     consecutive_failures: int
     escalation_level: int
     counters: EndpointCounters
+    health: HealthSnapshot | None = None
 
     @property
     def id(self) -> str:
@@ -108,8 +114,8 @@ class PoolSnapshot:
         return len(self.endpoints)
 
 
-def endpoint_snapshot(pool: Pool, state: EndpointState) -> EndpointSnapshot:
-    """Freeze one endpoint's state."""
+def endpoint_snapshot(pool: Pool, state: EndpointState, health: HealthView | None = None) -> EndpointSnapshot:
+    """Freeze one endpoint's state (``health`` gives its active-health view by id)."""
     circuit = state.circuit
     return EndpointSnapshot(
         endpoint=state.endpoint,
@@ -122,6 +128,7 @@ def endpoint_snapshot(pool: Pool, state: EndpointState) -> EndpointSnapshot:
         consecutive_failures=circuit.consecutive_failures,
         escalation_level=circuit.level,
         counters=endpoint_counters(state),
+        health=None if health is None else health(state.endpoint.id),
     )
 
 
@@ -146,10 +153,10 @@ def endpoint_counters(state: EndpointState) -> EndpointCounters:
     )
 
 
-def pool_snapshot(pool: Pool, now: float) -> PoolSnapshot:
+def pool_snapshot(pool: Pool, now: float, *, health: HealthView | None = None) -> PoolSnapshot:
     """Freeze the whole pool."""
     return PoolSnapshot(
-        endpoints=tuple(endpoint_snapshot(pool, s) for s in pool.members.values()),
+        endpoints=tuple(endpoint_snapshot(pool, s, health) for s in pool.members.values()),
         available=pool.available_count,
         ejected=pool.ejected_count,
         suppressed_ejections=pool.suppressed_ejections,

@@ -38,6 +38,7 @@ class PoolCounters:
         coordination_fallbacks: times an instance fell back to its local circuit.
         panics: :class:`PanicStarted` events emitted.
         retries_denied: retries ``lb.call`` skipped because the retry budget was spent.
+        readiness_failures: endpoint readiness checks that failed (and quarantined it).
         events_dropped: events a slow ``lb.events()`` subscriber lost (drop-oldest).
         log_lines_suppressed: log lines held back by the per-endpoint rate limit.
     """
@@ -58,6 +59,7 @@ class PoolCounters:
     coordination_fallbacks: int
     panics: int
     retries_denied: int
+    readiness_failures: int
     events_dropped: int
     log_lines_suppressed: int
 

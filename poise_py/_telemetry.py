@@ -320,7 +320,7 @@ class Telemetry:
                     level,
                     "discovery-rejected",
                     event.at,
-                    "poise_py: discovery revision %d rejected: %s",
+                    "poise_py: discovery revision %s rejected: %s",
                     event.revision,
                     event.error,
                 )
@@ -410,17 +410,13 @@ class Telemetry:
         elif target is _C:
             if source is not _C:
                 self.emit(
-                    CircuitClosed(
-                        at=at, endpoint_id=endpoint_id, epoch=transition.epoch, cause=cause, previous=source
-                    )
+                    CircuitClosed(at=at, endpoint_id=endpoint_id, epoch=transition.epoch, cause=cause, previous=source)
                 )
                 self.emit(EndpointReadmitted(at=at, endpoint_id=endpoint_id, cause=cause))
             return
         if source is _C:
             self.emit(
-                EndpointEjected(
-                    at=at, endpoint_id=endpoint_id, cause=cause, state=target, until=transition.reopen_at
-                )
+                EndpointEjected(at=at, endpoint_id=endpoint_id, cause=cause, state=target, until=transition.reopen_at)
             )
 
     # -- the no-eligible alert ---------------------------------------------------------
@@ -473,9 +469,7 @@ class Telemetry:
             assert error is not None  # noqa: S101 - an episode starts with a failure
             reasons = error.reasons if isinstance(error, NoEligibleEndpoints) else {}
             self.emit(
-                NoEligiblePersisting(
-                    at=now, since=since, error=error, reasons=reasons, total=len(self._pool.members)
-                )
+                NoEligiblePersisting(at=now, since=since, error=error, reasons=reasons, total=len(self._pool.members))
             )
 
     @property
@@ -524,7 +518,9 @@ class Telemetry:
             total += state.successes
         return total
 
-    def statistics(self, now: float, *, retries_denied: int, settle: bool = True) -> BalancerStatistics:
+    def statistics(
+        self, now: float, *, retries_denied: int, readiness_failures: int = 0, settle: bool = True
+    ) -> BalancerStatistics:
         """Freeze every counter, pool-wide and per live endpoint.
 
         With ``settle`` False nothing is changed (no alert evaluated, nothing folded), so
@@ -566,6 +562,7 @@ class Telemetry:
             coordination_fallbacks=_sat(counts.get(CoordinationFallback, 0)),
             panics=_sat(counts.get(PanicStarted, 0)),
             retries_denied=_sat(retries_denied),
+            readiness_failures=_sat(readiness_failures),
             events_dropped=_sat(self.events_dropped),
             log_lines_suppressed=_sat(self.log.limiter.suppressed),
         )

@@ -92,9 +92,7 @@ async def _handle(server: FaultServer, stream: anyio.abc.SocketStream) -> None:
                 return
             if fault == "reset-body":
                 headers = [("content-length", "1000"), ("content-type", "text/plain")]
-                await _send(
-                    stream, conn, h11.Response(status_code=200, headers=headers), h11.Data(data=b"x" * 10)
-                )
+                await _send(stream, conn, h11.Response(status_code=200, headers=headers), h11.Data(data=b"x" * 10))
                 await _reset(stream)
                 return
             status, retry_after = 200, None
@@ -126,9 +124,7 @@ async def fault_servers(*names: str) -> AsyncIterator[list[FaultServer]]:
             listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
             server.port = listener.extra(SocketAttribute.local_port)  # noqa: S610 - anyio, not Django
 
-            async def serve(
-                listener: anyio.abc.Listener[anyio.abc.SocketStream], server: FaultServer = server
-            ) -> None:
+            async def serve(listener: anyio.abc.Listener[anyio.abc.SocketStream], server: FaultServer = server) -> None:
                 async def handler(stream: anyio.abc.SocketStream) -> None:
                     await _handle(server, stream)
 

@@ -222,9 +222,7 @@ def test_transition_table_reaches_every_state_and_always_allows_reset() -> None:
         ({"success_threshold": True}, "CircuitPolicy.success_threshold"),
     ],
 )
-def test_invalid_circuit_knobs_raise_config_error_naming_the_knob(
-    knobs: dict[str, object], knob: str
-) -> None:
+def test_invalid_circuit_knobs_raise_config_error_naming_the_knob(knobs: dict[str, object], knob: str) -> None:
     with pytest.raises(poise.ConfigError) as info:
         poise.CircuitPolicy(**knobs)  # type: ignore[arg-type]
     assert info.value.knob == knob

@@ -87,9 +87,7 @@ def test_http_gateway_errors_are_configurable() -> None:
 
 def test_http_429_carries_retry_after_in_seconds_or_as_a_date() -> None:
     classify = poise.classify.http()
-    assert classify(status_error(429, **{"Retry-After": "60"})) == Classification(
-        Fault.TRANSIENT, retry_after=60.0
-    )
+    assert classify(status_error(429, **{"Retry-After": "60"})) == Classification(Fault.TRANSIENT, retry_after=60.0)
     verdict = classify(status_error(503, **{"retry-after": "7"}))
     assert verdict == Classification(Fault.SUSPECT, retry_after=7.0)
     now = datetime(2026, 1, 1, tzinfo=UTC)

@@ -155,9 +155,7 @@ async def test_a_caller_giving_up_on_a_slow_response_is_a_cancellation_not_a_fau
             servers[0].release.set()
 
 
-@pytest.mark.parametrize(
-    "anyio_backend", [pytest.param(("trio", {"clock": trio.testing.MockClock()}), id="trio")]
-)
+@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {"clock": trio.testing.MockClock()}), id="trio")])
 async def test_a_response_slower_than_the_timeout_is_a_strike() -> None:
     clock = trio.lowlevel.current_clock()
     assert isinstance(clock, trio.testing.MockClock)

@@ -41,9 +41,7 @@ def points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any],
     return found
 
 
-def value(
-    found: dict[str, list[tuple[dict[str, Any], int | float]]], name: str, **attributes: str
-) -> int | float:
+def value(found: dict[str, list[tuple[dict[str, Any], int | float]]], name: str, **attributes: str) -> int | float:
     for attrs, v in found[name]:
         if attrs == attributes:
             return v

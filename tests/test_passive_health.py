@@ -311,9 +311,7 @@ async def test_hard_cap_retires_until_discovery_re_emits_the_endpoint(clock: Fak
 async def test_call_retries_a_transient_fault_elsewhere_without_a_strike(clock: FakeClock) -> None:
     workers = Workers(clock)
     workers.broken["a"] = rpc_error(grpc.StatusCode.UNAVAILABLE)
-    async with static_lb(
-        "a", "b", policy=poise.RoundRobin(), classifier=poise.classify.grpc(), clock=clock
-    ) as lb:
+    async with static_lb("a", "b", policy=poise.RoundRobin(), classifier=poise.classify.grpc(), clock=clock) as lb:
         results = [await lb.call(workers.dispatch) for _ in range(20)]
         assert set(results) == {"b"}
         snap = lb.snapshot()["a"]
@@ -410,3 +408,19 @@ async def test_call_passes_arguments_and_a_classification_with_retry_after(clock
 async def _drain(stream: AsyncIterator[object]) -> None:
     async for _ in stream:
         pass
+
+
+async def test_discovery_re_emitting_a_changed_definition_clears_a_permanent_block(clock: FakeClock) -> None:
+    send, receive = anyio.create_memory_object_stream[poise.Update](10)
+    lb = poise.LoadBalancer(receive, clock=clock)
+    async with lb, send, receive:
+        await send.send(poise.Snapshot(1, [poise.Endpoint("t0", metadata={"key": "old"})]))
+        await anyio.wait_all_tasks_blocked()
+        async with lb.acquire() as permit:
+            permit.fail(Fault.PERMANENT)
+        await send.send(poise.Snapshot(2, [poise.Endpoint("t0", metadata={"key": "old"})]))
+        await anyio.wait_all_tasks_blocked()
+        assert lb.snapshot()["t0"].state is CircuitState.BLOCKED  # the same definition: still blocked
+        await send.send(poise.Snapshot(3, [poise.Endpoint("t0", metadata={"key": "rotated"})]))
+        await anyio.wait_all_tasks_blocked()
+        assert lb.snapshot()["t0"].state is CircuitState.CLOSED

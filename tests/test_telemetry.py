@@ -209,9 +209,7 @@ async def test_emit_counts_panics_and_coordination_fallbacks(clock: FakeClock) -
         stream = lb.events()
         lb._telemetry.emit(poise.PanicStarted(at=1.0, tier=0, healthy_share=0.2))
         lb._telemetry.emit(poise.PanicEnded(at=2.0, tier=0, healthy_share=0.9))
-        lb._telemetry.emit(
-            poise.CoordinationFallback(at=3.0, endpoint_id="a", error=ConnectionError("redis down"))
-        )
+        lb._telemetry.emit(poise.CoordinationFallback(at=3.0, endpoint_id="a", error=ConnectionError("redis down")))
         stats = lb.statistics().pool
         assert stats.panics == 1
         assert stats.coordination_fallbacks == 1
@@ -346,9 +344,7 @@ async def test_routing_counts_spillover_and_panic_and_healthy_is_the_rest(clock:
 # -- rate-limited logging ------------------------------------------------------------
 
 
-async def test_a_flapping_endpoint_cannot_flood_the_log(
-    clock: FakeClock, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_a_flapping_endpoint_cannot_flood_the_log(clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
     limit = poise.LogLimit(burst=3, interval=60.0)
     async with static_lb("a", "b", circuit=TRIP, clock=clock, log_limit=limit) as lb:
         with caplog.at_level(logging.DEBUG, logger="poise_py"):
@@ -423,9 +419,7 @@ def test_the_limiter_forgets_the_least_recently_used_key_past_max_keys() -> None
     gaps=st.lists(st.floats(min_value=0.0, max_value=30.0, allow_nan=False), min_size=1, max_size=200),
     burst=st.integers(min_value=1, max_value=5),
 )
-def test_the_limiter_never_lets_more_than_burst_plus_rate_times_window_through(
-    gaps: list[float], burst: int
-) -> None:
+def test_the_limiter_never_lets_more_than_burst_plus_rate_times_window_through(gaps: list[float], burst: int) -> None:
     interval = 60.0
     limiter = RateLimiter(LogLimit(burst=burst, interval=interval))
     now = 0.0

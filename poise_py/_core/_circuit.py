@@ -5,8 +5,9 @@ Theory of operation
 A circuit is CLOSED (calls flow and outcomes are counted), OPEN (ejected until
 ``reopen_at``), HALF_OPEN (a fixed number of probe slots), BLOCKED (a PERMANENT fault:
 no traffic and no probes until :meth:`Circuit.reset`) or RETIRED (the hard cap was hit;
-also until :meth:`Circuit.reset`). The legal moves are the table ``TRANSITIONS``; any
-other move is a bug and raises without changing anything.
+also until :meth:`Circuit.reset`). A passing active health check may close an OPEN or
+HALF_OPEN circuit early (:meth:`Circuit.uneject`). The legal moves are the table
+``TRANSITIONS``; any other move is a bug and raises without changing anything.
 
 Every move increments ``epoch``. A caller gets a :class:`Ticket` from
 :meth:`Circuit.try_acquire` carrying the epoch it was issued in, and hands it back to
@@ -60,6 +61,7 @@ class Cause(enum.Enum):
     PROBE_FAILED = "probe_failed"
     HARD_CAP = "hard_cap"
     RESET = "reset"
+    HEALTH_CHECK_PASSED = "health_check_passed"
 
 
 _C, _O, _H, _B, _R = (
@@ -85,6 +87,8 @@ TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
     (_H, Cause.RETRY_AFTER): _O,
     (_H, Cause.PERMANENT): _B,
     (_H, Cause.HARD_CAP): _R,
+    (_O, Cause.HEALTH_CHECK_PASSED): _C,
+    (_H, Cause.HEALTH_CHECK_PASSED): _C,
     **{(s, Cause.RESET): _C for s in CircuitState},
 }
 """Every legal move: (from, cause) -> to. Anything else raises ``LocalProtocolError``."""
@@ -325,6 +329,24 @@ class Circuit:
             return None
         return self._move(Cause.PERMANENT, now)
 
+    def uneject(self, now: float) -> Transition | None:
+        """An active health check passed: close an OPEN or HALF_OPEN circuit at a new epoch.
+
+        Envoy's un-eject. The window and the runs start empty and the hard cap's tallies
+        restart (a recovery), but the escalation level stays and only decays while the
+        circuit stays closed, so an endpoint that passes probes and fails traffic is
+        ejected for longer each time. BLOCKED and RETIRED are left alone (None): only an
+        operator or discovery clears them. Permits of the ejected epoch become stale.
+        """
+        if self.state is not _O and self.state is not _H:
+            return None
+        self._consecutive = 0
+        self._clear_window()
+        self.ejections_in_row = 0
+        self.ejected_time = 0.0
+        self.closed_at = now
+        return self._move(Cause.HEALTH_CHECK_PASSED, now)
+
     def reset(self, now: float) -> Transition:
         """Start afresh, CLOSED at a new epoch: clears windows, escalation and blocks."""
         self._clear_window()
@@ -459,6 +481,4 @@ class Circuit:
         self.probes_in_flight = 0
         self.probe_successes = 0
         self.reopen_at = reopen_at if target is _O else None
-        return Transition(
-            source=source, target=target, cause=cause, epoch=epoch, at=now, reopen_at=self.reopen_at
-        )
+        return Transition(source=source, target=target, cause=cause, epoch=epoch, at=now, reopen_at=self.reopen_at)

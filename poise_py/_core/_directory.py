@@ -52,6 +52,25 @@ def _unique(endpoints: Collection[Endpoint], what: str) -> None:
         seen.add(e.id)
 
 
+def _diff(revision: int, endpoints: tuple[Endpoint, ...], live: Mapping[str, Endpoint]) -> Changes:
+    """The changes from ``live`` to ``endpoints``: one pass over the snapshot, one lookup each."""
+    incoming = {e.id: e for e in endpoints}
+    if len(incoming) != len(endpoints):
+        _unique(endpoints, f"snapshot {revision}")
+    added: list[Endpoint] = []
+    updated: list[Endpoint] = []
+    get = live.get
+    for endpoint_id, endpoint in incoming.items():
+        old = get(endpoint_id)
+        if old is None:
+            added.append(endpoint)
+        elif old is not endpoint and old != endpoint:
+            updated.append(endpoint)
+    kept = len(incoming) - len(added)
+    removed = () if kept == len(live) else tuple(i for i in live if i not in incoming)
+    return Changes(revision=revision, added=tuple(added), removed=removed, updated=tuple(updated))
+
+
 class Directory:
     """The live revision; plans updates against the live endpoints."""
 
@@ -78,14 +97,7 @@ class Directory:
             raise DiscoveryError(f"an update must be a Snapshot or a Delta, got {update!r}")
         revision = self.check_revision(update.revision)
         if isinstance(update, Snapshot):
-            _unique(update.endpoints, f"snapshot {revision}")
-            incoming = {e.id: e for e in update.endpoints}
-            return Changes(
-                revision=revision,
-                added=tuple(e for i, e in incoming.items() if i not in live),
-                removed=tuple(i for i in live if i not in incoming),
-                updated=tuple(e for i, e in incoming.items() if i in live and live[i] != e),
-            )
+            return _diff(revision, update.endpoints, live)
         _unique((*update.added, *update.updated), f"delta {revision}")
         removed = tuple(dict.fromkeys(update.removed))
         gone = set(removed)

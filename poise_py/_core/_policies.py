@@ -19,9 +19,7 @@ from ._state import EndpointState
 class Picker(Protocol):
     """Picks among candidates; one per balancer, holds the policy's running state."""
 
-    def pick(
-        self, candidates: Sequence[EndpointState], loads: Sequence[int], key: Hashable | None
-    ) -> EndpointState:
+    def pick(self, candidates: Sequence[EndpointState], loads: Sequence[int], key: Hashable | None) -> EndpointState:
         """Return one of ``candidates`` (never empty); ``loads[i]`` is ``candidates[i].inflight``."""
 
 
@@ -47,9 +45,7 @@ class _RoundRobinPicker:
     def __init__(self, start: int) -> None:
         self._next = start
 
-    def pick(
-        self, candidates: Sequence[EndpointState], loads: Sequence[int], key: Hashable | None
-    ) -> EndpointState:
+    def pick(self, candidates: Sequence[EndpointState], loads: Sequence[int], key: Hashable | None) -> EndpointState:
         i = self._next
         self._next = i + 1 if i < (1 << 62) else 0
         return candidates[i % len(candidates)]
@@ -74,9 +70,7 @@ class _P2CPicker:
     def __init__(self, unit: Callable[[], float]) -> None:
         self._random = unit
 
-    def pick(
-        self, candidates: Sequence[EndpointState], loads: Sequence[int], key: Hashable | None
-    ) -> EndpointState:
+    def pick(self, candidates: Sequence[EndpointState], loads: Sequence[int], key: Hashable | None) -> EndpointState:
         n = len(candidates)
         if n == 1:
             return candidates[0]

@@ -89,9 +89,7 @@ class CircuitPolicy:
             raise ConfigError("CircuitPolicy.slow_call_duration", "is required when slow_call_rate is set")
         _check_count("CircuitPolicy.minimum_volume", self.minimum_volume)
         if not isinstance(self.window, CountWindow | TimeWindow):
-            raise ConfigError(
-                "CircuitPolicy.window", f"must be a CountWindow or TimeWindow, got {self.window!r}"
-            )
+            raise ConfigError("CircuitPolicy.window", f"must be a CountWindow or TimeWindow, got {self.window!r}")
         _check_count("CircuitPolicy.permitted_probes", self.permitted_probes)
         _check_count("CircuitPolicy.success_threshold", self.success_threshold)
         if not isinstance(self.escalation, Escalation):

@@ -1,7 +1,7 @@
 """The pool: membership, eligibility and the ejection guard, as pure bookkeeping.
 
 The pool keeps a list of the endpoints that may take a permit right now (CLOSED, or
-HALF_OPEN with a free probe slot, and allowed by the operator). It is updated in O(1)
+HALF_OPEN with a free probe slot, and allowed by the operator and by active health). It is updated in O(1)
 whenever a circuit moves or a probe slot is taken or released, so a pick never scans
 the pool. OPEN circuits wait in a heap of deadlines; :meth:`Pool.handle_timer` (called
 by the shell's timer, and lazily by :meth:`Pool.select`) moves the due ones to
@@ -27,6 +27,7 @@ from ._state import FAULT_INDEX, SATURATED, EndpointState, sat_add
 
 TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
 LeaveHook: TypeAlias = Callable[[EndpointState], None]
+IdleHook: TypeAlias = Callable[[EndpointState], None]
 
 _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
     AdminStatus.AUTO: None,
@@ -37,10 +38,22 @@ _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
 }
 _OPEN = CircuitState.OPEN
 _CLOSED = CircuitState.CLOSED
+_AUTO = AdminStatus.AUTO
+_REDISCOVERY_CLEARS = frozenset({IneligibleReason.PERMANENT, IneligibleReason.RETIRED})
 
 
 def _ignore(state: EndpointState, transition: Transition) -> None:
     return None
+
+
+def _ignore_idle(state: EndpointState) -> None:
+    return None
+
+
+def _gate(state: EndpointState) -> IneligibleReason | None:
+    """Readiness, then the operator's and active health's verdict; active health counts only under AUTO."""
+    admin = state.admin
+    return state.readiness or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
 
 
 class Pool:
@@ -51,6 +64,8 @@ class Pool:
         policy: the selection policy.
         rng: the seeded source of every random choice (jitter, picks).
         on_transition: called for every circuit move (events, logs).
+        on_idle: called when the last permit of an endpoint that takes no new ones ends
+            (``LoadBalancer.drained``).
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
@@ -64,6 +79,7 @@ class Pool:
         rng: random.Random,
         *,
         on_transition: TransitionHook = _ignore,
+        on_idle: IdleHook = _ignore_idle,
     ) -> None:
         self.circuit_policy = circuit
         self._rng = rng
@@ -82,6 +98,7 @@ class Pool:
         self._allowance = 1
         self._decisions: dict[int, Decision] = {}
         self.on_transition = on_transition
+        self.on_idle = on_idle
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
         self.suppressed_ejections = 0
@@ -117,21 +134,16 @@ class Pool:
             state = self.members[endpoint.id]
             state.endpoint = endpoint
             state.decision = self._decision(endpoint.tier)
+            # Re-emitted with a new definition (a rotated key, a moved address): a block
+            # or a retirement was about the old one, so the circuit starts afresh.
+            if state.circuit.refusal() in _REDISCOVERY_CLEARS:
+                self._moved(state, state.circuit.reset(now))
         for endpoint in added:
             state = EndpointState(endpoint, Circuit(self.circuit_policy, self._unit, now))
             state.decision = self._decision(endpoint.tier)
             self.members[endpoint.id] = state
             self._set_available(state, available=True)
         self._allowance = ejection_allowance(len(self.members), self.circuit_policy.max_ejection_percent)
-
-    def replace(self, endpoints: Iterable[Endpoint], now: float) -> None:
-        """Make the pool exactly ``endpoints``; survivors keep their state."""
-        incoming = {e.id: e for e in endpoints}
-        members = self.members
-        removed = [i for i in members if i not in incoming]
-        updated = [e for i, e in incoming.items() if i in members and members[i].endpoint != e]
-        added = [e for i, e in incoming.items() if i not in members]
-        self.apply(now, added=added, removed=removed, updated=updated)
 
     # -- selection ---------------------------------------------------------------------
 
@@ -204,17 +216,17 @@ class Pool:
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
         """Why ``state`` may not take a permit now, or None if it may."""
-        return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal()
+        return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal() or _gate(state)
 
     # -- completion --------------------------------------------------------------------
 
-    def succeed(
-        self, state: EndpointState, ticket: Ticket, clock: Callable[[], float], started: float
-    ) -> None:
+    def succeed(self, state: EndpointState, ticket: Ticket, clock: Callable[[], float], started: float) -> None:
         """Record a successful call; reads ``clock`` only if the outcome needs the time."""
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             self._loads[state.pos] = n
+        elif not n:
+            self.on_idle(state)  # off the hot path: only endpoints that take no permits
         n = state.successes
         state.successes = n + 1 if n < SATURATED else n
         circuit = state.circuit
@@ -254,6 +266,8 @@ class Pool:
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             self._loads[state.pos] = n
+        elif not n:
+            self.on_idle(state)  # off the hot path: only endpoints that take no permits
         if fault is None:
             state.successes = sat_add(state.successes)
         else:
@@ -299,6 +313,8 @@ class Pool:
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             self._loads[state.pos] = n
+        elif not n:
+            self.on_idle(state)  # off the hot path: only endpoints that take no permits
         state.cancellations = sat_add(state.cancellations)
         if state.live:
             state.circuit.cancel(ticket)
@@ -344,6 +360,30 @@ class Pool:
         """Reset one circuit to a fresh CLOSED epoch (operator action, rediscovery)."""
         self._moved(state, state.circuit.reset(now))
 
+    def set_health(self, state: EndpointState, refusal: IneligibleReason | None) -> None:
+        """Record active health's verdict for one endpoint (None: it may serve); O(1)."""
+        if refusal is not state.health_refusal:
+            state.health_refusal = refusal
+            if state.live:
+                self._sync(state)
+
+    def set_readiness(self, state: EndpointState, reason: IneligibleReason | None) -> None:
+        """Keep ``state`` out as NOT_READY or QUARANTINED, or (None) let the rest decide; O(1)."""
+        if reason is not state.readiness:
+            state.readiness = reason
+            if state.live:
+                self._sync(state)
+
+    def uneject(self, state: EndpointState, now: float) -> bool:
+        """Close a passively ejected circuit after a passing active check; False if not ejected."""
+        if not state.live:
+            return False
+        transition = state.circuit.uneject(now)
+        if transition is None:
+            return False
+        self._moved(state, transition)
+        return True
+
     # -- internals ---------------------------------------------------------------------
 
     def _moved(self, state: EndpointState, transition: Transition) -> None:
@@ -359,7 +399,7 @@ class Pool:
         if ejected != state.was_ejected:
             state.was_ejected = ejected
             self._ejected += 1 if ejected else -1
-        available = circuit.accepting and _ADMIN_REFUSAL[state.admin] is None
+        available = circuit.accepting and _gate(state) is None
         self._set_available(state, available=available)
 
     def _set_available(self, state: EndpointState, *, available: bool) -> None:

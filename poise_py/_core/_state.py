@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .._decision import Decision, DecisionMode
 from .._endpoint import AdminStatus, Endpoint
+from .._errors import IneligibleReason
 from .._faults import Fault
 from ._circuit import Circuit
 
@@ -66,11 +67,14 @@ class EndpointState:
         "endpoint",
         "ewma",
         "faults",
+        "health_refusal",
         "inflight",
         "live",
         "mode_selections",
         "pos",
         "probes",
+        "readiness",
+        "resource",
         "stale",
         "successes",
         "was_ejected",
@@ -80,6 +84,8 @@ class EndpointState:
         self.endpoint = endpoint
         self.circuit = circuit
         self.admin = AdminStatus.AUTO
+        self.health_refusal: IneligibleReason | None = None
+        """Active health's verdict for eligibility under AUTO (None: may serve)."""
         self.inflight = 0
         self.pos = -1
         self.live = True
@@ -95,6 +101,10 @@ class EndpointState:
         """Selections made in SPILLOVER and PANIC mode (the HEALTHY slot stays 0): the
         routing path counts them with :func:`count_selection`; HEALTHY selections are
         derived (issued minus these), so the healthy fast path counts nothing extra."""
+        self.readiness: IneligibleReason | None = None
+        """NOT_READY or QUARANTINED while its readiness check keeps it out, else None."""
+        self.resource: object = None
+        """What the balancer's endpoint factory built for it (``Permit.resource``)."""
 
     @property
     def id(self) -> str:

@@ -62,11 +62,7 @@ class TimeWindow:
 
     def __attrs_post_init__(self) -> None:
         check_duration("TimeWindow.duration", self.duration)
-        if (
-            isinstance(self.buckets, bool)
-            or not isinstance(self.buckets, int)
-            or not 1 <= self.buckets <= 10_000
-        ):
+        if isinstance(self.buckets, bool) or not isinstance(self.buckets, int) or not 1 <= self.buckets <= 10_000:
             raise ConfigError("TimeWindow.buckets", f"must be an int in [1, 10000], got {self.buckets!r}")
 
     def build(self) -> Window:

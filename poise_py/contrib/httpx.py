@@ -120,9 +120,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` to an endpoint chosen by the balancer and report the outcome."""
         attempts = self._attempts
-        if attempts > 1 and not (
-            request.method in IDEMPOTENT_METHODS and isinstance(request.stream, httpx.ByteStream)
-        ):
+        if attempts > 1 and not (request.method in IDEMPOTENT_METHODS and isinstance(request.stream, httpx.ByteStream)):
             attempts = 1
         lb = self._lb
         budget = lb._budget

@@ -144,6 +144,12 @@ _COUNTERS: tuple[tuple[str, str, str, _Reader], ...] = (
         "Retries skipped because the retry budget was spent.",
         _pool("retries_denied"),
     ),
+    (
+        "poise.readiness_failures",
+        "{check}",
+        "Endpoint readiness checks that failed.",
+        _pool("readiness_failures"),
+    ),
     ("poise.events_dropped", "{event}", "Events slow subscribers lost.", _pool("events_dropped")),
     (
         "poise.log_lines_suppressed",
@@ -220,11 +226,7 @@ def instrument(
     names = tuple(name for name, *_ in _COUNTERS) + tuple(name for name, *_ in _GAUGES)
     handle = Instrumentation(lb, meter, names)
     for name, unit, description, reader in _COUNTERS:
-        meter.create_observable_counter(
-            name, callbacks=[handle._callback(reader)], unit=unit, description=description
-        )
+        meter.create_observable_counter(name, callbacks=[handle._callback(reader)], unit=unit, description=description)
     for name, unit, description, reader in _GAUGES:
-        meter.create_observable_gauge(
-            name, callbacks=[handle._callback(reader)], unit=unit, description=description
-        )
+        meter.create_observable_gauge(name, callbacks=[handle._callback(reader)], unit=unit, description=description)
     return handle

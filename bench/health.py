@@ -1,0 +1,82 @@
+"""Per-call cost of ``async with lb.acquire(): pass`` with active health checks on, against off.
+
+Run: ``python bench/health.py`` (Trio). Active health reaches selection only when a
+classification or an operator status changes, never per call, so the ratios printed
+should be 1.00 within noise. Rows: the same pool without a health check (the baseline),
+with one whose probes all pass, and with one endpoint of ten actively UNHEALTHY and one
+DRAINING (smaller available list, same per-call work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import poise_py as poise
+from bench._timing import best_of
+
+
+async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
+    acquire = lb.acquire
+    for _ in range(n):
+        async with acquire():
+            pass
+
+
+async def passing(endpoint: poise.Endpoint) -> None:
+    return None
+
+
+async def failing_e0(endpoint: poise.Endpoint) -> None:
+    if endpoint.id == "e0":
+        raise ConnectionRefusedError("e0 is down")
+
+
+def make_lb(size: int, check: poise.HealthCheck | None) -> poise.LoadBalancer:
+    eps = [poise.Endpoint(f"e{i}", address=("127.0.0.1", 10000 + i)) for i in range(size)]
+    return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=poise.RoundRobin(), health_check=check, seed=1)
+
+
+async def measure(lb: poise.LoadBalancer, iterations: int, drain: str | None) -> float:
+    async with lb:
+        await trio.sleep(0.05)  # the first probes run and classify
+        if drain is not None:
+            lb.set_status(drain, poise.AdminStatus.DRAINING)
+        return await best_of(functools.partial(acquire_loop, lb), iterations)
+
+
+async def main(iterations: int) -> None:
+    size = 10
+    # Long intervals: no probe runs while the loop is timed, as in production between probes.
+    quiet: dict[str, Any] = {"interval": 3600.0, "unhealthy_interval": 1.0, "timeout": 1.0, "jitter": 0.0}
+    rows = [
+        ("no health check", make_lb(size, None), None),
+        ("health check, all passing", make_lb(size, poise.HealthCheck(probe=passing, **quiet)), None),
+        (
+            "e0 unhealthy, e1 draining",
+            make_lb(size, poise.HealthCheck(probe=failing_e0, unhealthy_threshold=1, **quiet)),
+            "e1",
+        ),
+    ]
+    print(f"{'RoundRobin, 10 endpoints':<30}{'us/call':>10}{'x off':>8}")
+    base = 0.0
+    for name, lb, drain in rows:
+        cost = await measure(lb, iterations, drain)
+        base = base or cost
+        print(f"{name:<30}{cost * 1e6:>10.3f}{cost / base:>8.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=100_000)
+    args = parser.parse_args()
+    logging.getLogger("poise_py").setLevel(logging.ERROR)  # e0's expected "unhealthy" line
+    trio.run(main, args.iterations)

@@ -1,0 +1,391 @@
+"""Transactional membership for the balancer: plan, build, then commit; and readiness.
+
+Theory of operation
+-------------------
+An update goes through three steps, and only the last one changes anything a caller of
+``acquire`` can see:
+
+1. *plan*: :meth:`Directory.plan` validates the revision and the identities against the
+   live pool and computes the changes (typed :class:`DiscoveryError` otherwise). No
+   endpoint is constructed before this passes.
+2. *build*: the endpoint factory (sync or async) runs for each added endpoint. If it
+   raises, whatever it already built for this update goes to ``endpoint_close``, and
+   :class:`EndpointFactoryError` (cause chained) leaves the previous pool live.
+3. *commit*: one synchronous call applies the changes to the pool (O(changes)) and makes
+   the revision live. No await separates it from the pool, so no permit is issued from a
+   half-applied update.
+
+Survivors keep their :class:`EndpointState` (circuit, windows, counters, resource). A
+removed state is marked not live: its in-flight permits finish, their results are
+ignored, and its resource is closed when the last one ends. A re-added id gets a new
+state, a new resource and a fresh circuit.
+
+Readiness: a resource with a ``ready()`` method (async, or sync) keeps its endpoint out
+of selection as NOT_READY until ``ready()`` returns; a failure (it raises, returns False,
+or outlasts :attr:`Readiness.timeout`) quarantines that endpoint alone for
+:attr:`Readiness.cooldown`, after which it is checked again. The pool is never
+quarantined: if a failure leaves every member quarantined (none usable, none still
+pending), :meth:`Membership.readiness_error` returns the :class:`ReadinessError` naming
+it and its index at that moment.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeAlias
+
+import anyio
+import anyio.abc
+import attrs
+
+from ._core._directory import Changes, Directory
+from ._core._pool import Pool
+from ._core._state import EndpointState, sat_add
+from ._discovery import Update
+from ._endpoint import Endpoint, check_duration
+from ._errors import EndpointFactoryError, IneligibleReason, ReadinessError
+
+logger = logging.getLogger("poise_py")
+
+EndpointFactory: TypeAlias = Callable[[Endpoint], Any]
+"""Builds per-endpoint state (a connection pool, a client) from an endpoint; may be async."""
+
+EndpointClose: TypeAlias = Callable[[Any], Awaitable[object] | object]
+"""Releases what the factory built; may be async."""
+
+ChangeHook: TypeAlias = Callable[[float, Sequence[str], Sequence[str]], None]
+"""``hook(now, added_ids, removed_ids)``: told of each membership change as it is committed."""
+
+_NOT_READY = IneligibleReason.NOT_READY
+_QUARANTINED = IneligibleReason.QUARANTINED
+
+
+@attrs.frozen(kw_only=True)
+class Readiness:
+    """How endpoints whose resource has a ``ready()`` method are admitted.
+
+    Attributes:
+        timeout: seconds one ``ready()`` call may take; longer counts as a failure.
+        cooldown: seconds a failed endpoint stays QUARANTINED before it is checked again.
+    """
+
+    timeout: float = 10.0
+    cooldown: float = 5.0
+
+    def __attrs_post_init__(self) -> None:
+        check_duration("Readiness.timeout", self.timeout)
+        check_duration("Readiness.cooldown", self.cooldown)
+
+
+def _ready_method(resource: object) -> Callable[[], object] | None:
+    ready = getattr(resource, "ready", None)
+    return ready if callable(ready) else None
+
+
+class Membership:
+    """The balancer's membership: applies updates transactionally, owns resources and readiness.
+
+    Args:
+        pool: the pool whose members this manages.
+        factory: the endpoint factory, or None (no resources, no readiness).
+        close: releases a resource the factory built, or None.
+        readiness: readiness knobs for resources with ``ready()``.
+        on_change: told of each membership change, in the same synchronous step (active
+            health tracks the members this way).
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        factory: EndpointFactory | None = None,
+        close: EndpointClose | None = None,
+        readiness: Readiness | None = None,
+        on_change: ChangeHook | None = None,
+    ) -> None:
+        self.pool = pool
+        self.directory = Directory()
+        self._live: dict[str, Endpoint] = {i: s.endpoint for i, s in pool.members.items()}
+        """``id -> endpoint`` of the pool's members, kept in step in O(changes) for fast diffs."""
+        self._factory = factory
+        self._close = close
+        self._readiness = readiness or Readiness()
+        self._on_change = on_change
+        self._checks: dict[EndpointState, anyio.CancelScope | None] = {}
+        """Members not yet usable (NOT_READY or QUARANTINED), with their check's scope."""
+        self._retiring: set[EndpointState] = set()
+        """Removed members whose resource waits for their last permit."""
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._changed: anyio.Event | None = None
+        self._quarantined: dict[EndpointState, None] = {}
+        """Quarantined members, as an ordered set: the latest failure last."""
+        self._exhausted: tuple[EndpointState, int] | None = None
+        """The failure that left every member quarantined, and its index then."""
+        self._rebuild = False
+        self.readiness_failures = 0
+        """Failed ``ready()`` checks (saturating)."""
+
+    # -- updates -----------------------------------------------------------------------
+
+    @property
+    def revision(self) -> int | None:
+        """The live revision, or None before the first update."""
+        return self.directory.revision
+
+    async def apply(self, update: Update, clock: Callable[[], float]) -> Changes:
+        """Plan, build and commit ``update``; if a step fails, raise a :class:`DiscoveryError`."""
+        changes = self.directory.plan(update, self._live)
+        resources = await self._build(changes.added) if self._factory is not None else None
+        self._change(changes, resources, clock())
+        self.directory.commit(changes)
+        return changes
+
+    def clear(self, now: float) -> None:
+        """Remove every member (fail-closed); the live revision stays what it was."""
+        members = self.pool.members
+        if members:
+            self._change(Changes(revision=self.directory.revision or 0, removed=tuple(members)), None, now)
+
+    async def _build(self, endpoints: Sequence[Endpoint]) -> list[object]:
+        factory = self._factory
+        assert factory is not None  # noqa: S101 - checked by the caller
+        built: list[object] = []
+        try:
+            for endpoint in endpoints:
+                try:
+                    resource = factory(endpoint)
+                    if inspect.isawaitable(resource):
+                        resource = await resource
+                except Exception as exc:
+                    raise EndpointFactoryError(endpoint.id) from exc
+                built.append(resource)
+        except BaseException:
+            # Nothing of this update will be applied: release what it built, even if cancelled.
+            with anyio.CancelScope(shield=True):
+                for resource in built:
+                    await self._close_one(resource)
+            raise
+        return built
+
+    def _change(self, changes: Changes, resources: list[object] | None, now: float) -> None:
+        # Synchronous from here to the end: no permit sees a half-applied update.
+        pool = self.pool
+        members = pool.members
+        gone = [members[i] for i in changes.removed]
+        pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated)
+        live = self._live
+        for endpoint_id in changes.removed:
+            del live[endpoint_id]
+        for endpoint in (*changes.updated, *changes.added):
+            live[endpoint.id] = endpoint
+        if self._on_change is not None:
+            self._on_change(now, [e.id for e in changes.added], changes.removed)
+        for state in gone:
+            self._retire(state)
+        if changes.added:
+            self._exhausted = None
+        if resources is not None:
+            for endpoint, resource in zip(changes.added, resources, strict=True):
+                state = members[endpoint.id]
+                state.resource = resource
+                if _ready_method(resource) is not None:
+                    pool.set_readiness(state, _NOT_READY)
+                    self._checks[state] = None
+                    if self._task_group is not None:
+                        self._task_group.start_soon(self._check, state)
+        self.notify()
+
+    def _retire(self, state: EndpointState) -> None:
+        scope = self._checks.pop(state, None)
+        if scope is not None:
+            scope.cancel()
+        self._quarantined.pop(state, None)
+        if self._exhausted is not None and self._exhausted[0] is state:
+            self._exhausted = None
+        if state.resource is not None:
+            if state.inflight == 0:
+                self._dispose(state)
+            else:
+                self._retiring.add(state)
+
+    def idle(self, state: EndpointState) -> None:
+        """A removed endpoint's last permit ended: release its resource now."""
+        if state in self._retiring and self._task_group is not None:
+            self._retiring.discard(state)
+            self._dispose(state)
+
+    def _dispose(self, state: EndpointState) -> None:
+        task_group = self._task_group
+        if task_group is None:
+            self._retiring.add(state)  # no task group to close it in: aclose() will
+            return
+        resource, state.resource = state.resource, None
+        if self._close is not None:
+            task_group.start_soon(self._close_one, resource)
+
+    async def _close_one(self, resource: object) -> None:
+        close = self._close
+        if close is None:
+            return
+        try:
+            result = close(resource)
+            if inspect.isawaitable(result):
+                with anyio.CancelScope(shield=True):
+                    await result
+        except Exception:
+            logger.exception("poise_py: endpoint_close raised for %r; ignored", resource)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Before the balancer starts: rebuild the resources a previous run closed."""
+        if not self._rebuild:
+            return
+        states = list(self.pool.members.values())
+        resources = await self._build([s.endpoint for s in states])
+        self._rebuild = False
+        self._exhausted = None
+        for state, resource in zip(states, resources, strict=True):
+            state.resource = resource
+            self._quarantined.pop(state, None)
+            if _ready_method(resource) is not None:  # a new resource is checked afresh
+                self.pool.set_readiness(state, _NOT_READY)
+                self._checks[state] = None
+            else:
+                self._checks.pop(state, None)
+                self.pool.set_readiness(state, None)
+
+    def attach(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Run readiness checks and closes in ``task_group`` (the balancer's)."""
+        self._task_group = task_group
+        for state in self._checks:
+            task_group.start_soon(self._check, state)
+
+    def detach(self) -> None:
+        """Stop using the task group (it has ended, or is ending): checks restart at the next attach."""
+        self._task_group = None
+        for state in self._checks:
+            self._checks[state] = None
+
+    async def aclose(self) -> None:
+        """When the balancer stops: close every resource (shielded); the next run rebuilds them."""
+        if self._close is None:
+            return
+        states = [*self.pool.members.values(), *self._retiring]
+        self._retiring.clear()
+        self._rebuild = self._factory is not None and bool(self.pool.members)
+        with anyio.CancelScope(shield=True):
+            for state in states:
+                resource, state.resource = state.resource, None
+                if resource is not None:
+                    await self._close_one(resource)
+
+    # -- readiness ---------------------------------------------------------------------
+
+    @property
+    def usable(self) -> int:
+        """Members that passed readiness (or need none)."""
+        return len(self.pool.members) - len(self._checks)
+
+    def readiness_error(self) -> ReadinessError | None:
+        """While every member is quarantined, the error naming the failure that did it; else None."""
+        quarantined = self._quarantined
+        if not quarantined or len(quarantined) != len(self.pool.members):
+            return None
+        if self._exhausted is None:  # a removal, not a failure, left only quarantined members
+            self._exhaust(next(reversed(quarantined)))
+        assert self._exhausted is not None  # noqa: S101 - just set
+        state, index = self._exhausted
+        return ReadinessError(index, state.endpoint.id)
+
+    def _exhaust(self, state: EndpointState) -> None:
+        # O(n), but only when the pool becomes exhausted, not on every failure.
+        index = list(self.pool.members).index(state.endpoint.id)
+        self._exhausted = (state, index)
+        logger.error(
+            "poise_py: readiness failures quarantined the whole pool (last: %r at index %d)",
+            state.endpoint.id,
+            index,
+        )
+
+    async def _check(self, state: EndpointState) -> None:
+        if state not in self._checks or self._checks[state] is not None:
+            return  # removed before it started, or already being checked
+        ready = _ready_method(state.resource)
+        if ready is None:  # pragma: no cover - only resources with ready() are queued
+            return
+        readiness = self._readiness
+        failures = 0
+        with anyio.CancelScope() as scope:
+            self._checks[state] = scope
+            while True:
+                problem = await _try_ready(ready, readiness.timeout)
+                if problem is None:
+                    self._passed(state, failures)
+                    return
+                failures += 1
+                self._failed(state, problem, failures)
+                await anyio.sleep(readiness.cooldown)
+
+    def _passed(self, state: EndpointState, failures: int) -> None:
+        if state not in self._checks:
+            return  # removed while ready() was returning; its cancellation has not landed yet
+        del self._checks[state]
+        self._quarantined.pop(state, None)
+        self._exhausted = None
+        self.pool.set_readiness(state, None)
+        if failures:
+            logger.info("poise_py: endpoint %r passed readiness after %d failures", state.endpoint.id, failures)
+        self.notify()
+
+    def _failed(self, state: EndpointState, problem: str, failures: int) -> None:
+        if state not in self._checks:
+            return  # removed while ready() was failing
+        self.readiness_failures = sat_add(self.readiness_failures)
+        self.pool.set_readiness(state, _QUARANTINED)
+        # One warning per failing streak, not one per check: rule 5 (rate-limit per-endpoint logs).
+        log = logger.warning if failures == 1 else logger.debug
+        log(
+            "poise_py: endpoint %r failed readiness (%s); quarantined for %.3gs",
+            state.endpoint.id,
+            problem,
+            self._readiness.cooldown,
+        )
+        quarantined = self._quarantined
+        quarantined.pop(state, None)
+        quarantined[state] = None
+        if self._exhausted is None and len(quarantined) == len(self.pool.members):
+            self._exhaust(state)
+        self.notify()
+
+    # -- waiting -----------------------------------------------------------------------
+
+    async def changed(self) -> None:
+        """Wait until membership or readiness next changes (or :meth:`notify`)."""
+        event = self._changed
+        if event is None:
+            event = self._changed = anyio.Event()
+        await event.wait()
+
+    def notify(self) -> None:
+        """Wake every :meth:`changed` waiter."""
+        event = self._changed
+        if event is not None:
+            self._changed = None
+            event.set()
+
+
+async def _try_ready(ready: Callable[[], object], limit: float) -> str | None:
+    """Run one readiness check for at most ``limit`` seconds; None if it passed, else what went wrong."""
+    with anyio.move_on_after(limit):
+        try:
+            result = ready()
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:  # noqa: BLE001 - any failure of ready() is that endpoint's
+            return f"{type(exc).__name__}: {exc}"
+        return "ready() returned False" if result is False else None
+    # Only a timeout gets here: every other path returned inside the block.
+    return f"no answer within {limit:.3g}s"

@@ -1,0 +1,102 @@
+"""The ``poise`` command: ``poise demo`` and ``poise simulate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._errors import ConfigError
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from rich.console import Console  # noqa: PLC0415 - the cli extra
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn  # noqa: PLC0415
+
+    from . import sim  # noqa: PLC0415
+    from .sim._report import plot, render_table  # noqa: PLC0415
+
+    if args.list:
+        for name in sim.builtin_names():
+            print(f"{name}: {sim.load_scenario(name).description.splitlines()[0]}")
+        return 0
+    try:
+        scenarios = [sim.load_scenario(s) for s in (args.scenario or sim.builtin_names())]
+    except ConfigError as exc:
+        print(f"poise simulate: {exc}", file=sys.stderr)
+        return 2
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    errors = Console(stderr=True)
+    reports = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeRemainingColumn(),
+        console=errors,
+        transient=True,
+        disable=args.json or not errors.is_terminal,
+    ) as progress:
+        for scenario in scenarios:
+            duration = scenario.traffic.duration
+            tasks = {
+                c.name: progress.add_task(f"{scenario.name}: {c.name}", total=duration)
+                for c in scenario.all_configurations()
+            }
+
+            def advance(name: str, done: float, tasks: dict[str, TaskID] = tasks) -> None:
+                progress.update(tasks[name], completed=done)
+
+            reports.append(sim.run(scenario, seed=args.seed, progress=advance))
+    if args.json:
+        print(json.dumps([r.to_json() for r in reports], indent=2))
+    else:
+        for report in reports:
+            render_table(report, console)
+    if args.plot:
+        plot(reports, Path(args.plot))
+        if not args.json:
+            console.print(f"timeline written to {args.plot}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo  # noqa: PLC0415 - needs the cli extra
+
+    return run_demo(requests=args.requests, seed=args.seed, live=not args.no_live)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``poise``."""
+    parser = argparse.ArgumentParser(prog="poise", description="poise_py: a client-side load balancer.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="balance real HTTP backends on loopback with injected faults")
+    demo.add_argument("--requests", type=int, default=3000, help="requests per run (default 3000)")
+    demo.add_argument("--seed", type=int, default=7, help="seed for fault injection and selection")
+    demo.add_argument("--no-live", action="store_true", help="no live view, only the summary")
+    demo.set_defaults(func=_demo)
+
+    simulate = sub.add_parser("simulate", help="compare configurations on a virtual-time fault scenario")
+    simulate.add_argument("scenario", nargs="*", help="built-in scenario names or TOML files (default: all)")
+    simulate.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    simulate.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    simulate.add_argument("--plot", metavar="FILE", help="write a PNG/SVG timeline (needs matplotlib)")
+    simulate.add_argument("--list", action="store_true", help="list the built-in scenarios")
+    simulate.set_defaults(func=_simulate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``poise`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""A virtual-time fault simulator: compare balancing configurations on identical traffic.
+
+``poise simulate`` is its command line; from Python::
+
+    from poise_py import sim
+
+    scenario = sim.load_scenario("seed-000-grpc-pool")
+    report = sim.run(scenario)
+    for result in report.results:
+        print(result.configuration, result.success_rate)
+"""
+
+from __future__ import annotations
+
+from ._engine import Configuration as Configuration
+from ._engine import DiscoverySpec as DiscoverySpec
+from ._engine import Engine as Engine
+from ._engine import Reporting as Reporting
+from ._engine import RunResult as RunResult
+from ._engine import Sample as Sample
+from ._engine import Traffic as Traffic
+from ._models import EndpointModel as EndpointModel
+from ._models import Flap as Flap
+from ._models import Latency as Latency
+from ._models import Phase as Phase
+from ._models import RateLimit as RateLimit
+from ._run import Report as Report
+from ._run import run as run
+from ._scenario import EndpointSpec as EndpointSpec
+from ._scenario import Scenario as Scenario
+from ._scenario import builtin_names as builtin_names
+from ._scenario import default_configurations as default_configurations
+from ._scenario import load_scenario as load_scenario
+from ._scenario import parse_scenario as parse_scenario

@@ -1,0 +1,441 @@
+"""The discrete-event engine: one configuration, one seeded traffic, virtual time.
+
+The engine drives a real :class:`~poise_py.LoadBalancer` (its clock injected, so its
+timers follow virtual time) from a synchronous event loop: ``acquire`` and the permit's
+reports are synchronous, so a simulated hour takes seconds. Arrivals and every random
+draw of a request come from one stream seeded per scenario, consumed the same way
+whatever the configuration does, so configurations are compared on identical traffic.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import math
+import random
+from collections.abc import AsyncIterable, Callable, Sequence
+
+import anyio
+import attrs
+
+from .._balancer import LoadBalancer
+from .._core._budget import Budget, RetryBudget
+from .._core._circuit import CircuitState, Transition
+from .._core._policies import Policy
+from .._core._policy import CircuitPolicy
+from .._core._pool import Pool
+from .._core._state import EndpointState
+from .._discovery import Delta, Snapshot, StaticDiscovery, Update
+from .._endpoint import Endpoint
+from .._errors import NoEligibleEndpoints, SelectionError
+from .._faults import Fault
+from .._permit import Permit
+from .._publisher import DiscoveryPublisher
+from ._models import EndpointModel
+
+_EJECTED = frozenset({CircuitState.OPEN, CircuitState.BLOCKED, CircuitState.RETIRED})
+_RETRYABLE = frozenset({Fault.TRANSIENT, Fault.SUSPECT, Fault.FATAL, Fault.PERMANENT})
+
+
+class Reporting(enum.Enum):
+    """How a configuration reports outcomes to its balancer."""
+
+    HEALTH = "health"
+    """As poise_py intends: success, or the fault tier."""
+    NONE = "none"
+    """Naive: nothing reaches the circuit (every permit is cancelled after the call)."""
+    EVICT = "evict"
+    """First-strike permanent eviction: any non-transient fault blocks the endpoint."""
+
+
+@attrs.frozen(kw_only=True)
+class Configuration:
+    """One way of balancing, to compare against others on the same traffic."""
+
+    name: str
+    policy: Policy
+    circuit: CircuitPolicy
+    reporting: Reporting = Reporting.HEALTH
+    retry_budget: RetryBudget = attrs.field(factory=RetryBudget)
+    balancer_options: dict[str, object] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Traffic:
+    """Open-loop Poisson arrivals.
+
+    Attributes:
+        rps: mean arrivals per second.
+        duration: virtual seconds of traffic.
+        timeout: the client's per-attempt timeout (a black hole costs this much).
+        attempts: tries per request, each on another endpoint, within the retry budget.
+        sample_interval: seconds between timeline samples.
+    """
+
+    rps: float = 100.0
+    duration: float = 600.0
+    timeout: float = 1.0
+    attempts: int = 3
+    sample_interval: float = 1.0
+
+
+@attrs.frozen(kw_only=True)
+class DiscoverySpec:
+    """Discovery through a publisher that lags reality and may die.
+
+    Attributes:
+        delay: seconds between an endpoint joining or leaving and the announcement.
+        publisher_dies_at: when the publisher is closed (its subscribers see the end).
+    """
+
+    delay: float = 1.0
+    publisher_dies_at: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Sample:
+    """The state of a run at one instant of the timeline."""
+
+    at: float
+    success_rate: float | None
+    capacity: float | None
+    states: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """What one configuration did with the scenario's traffic."""
+
+    configuration: str
+    requests: int
+    successes: int
+    latencies_p50: float | None
+    latencies_p99: float | None
+    capacity_retained: float
+    spurious_ejections: int
+    deserved_ejections: int
+    probes_to_dead: int
+    readmit_times: tuple[float, ...]
+    no_eligible_while_alive: int
+    backend_calls: int
+    timeline: tuple[Sample, ...]
+    endpoint_ids: tuple[str, ...]
+
+    @property
+    def success_rate(self) -> float:
+        """Successful requests / requests."""
+        return self.successes / self.requests if self.requests else 1.0
+
+    @property
+    def mean_readmit(self) -> float | None:
+        """Mean seconds from an endpoint's recovery to its return to rotation."""
+        return sum(self.readmit_times) / len(self.readmit_times) if self.readmit_times else None
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    i = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
+    return sorted_values[i]
+
+
+@attrs.define(eq=False)
+class _Request:
+    arrival: float
+    draws: list[float]
+    attempt: int = 0
+    tried: list[str] = attrs.field(factory=list)
+
+
+_ARRIVAL, _COMPLETE, _SAMPLE, _DISCOVERY = 0, 1, 2, 3
+
+
+class Engine:
+    """Runs one configuration against endpoint models and traffic."""
+
+    def __init__(
+        self,
+        models: Sequence[EndpointModel],
+        traffic: Traffic,
+        configuration: Configuration,
+        *,
+        seed: int,
+        progress: Callable[[float], None] | None = None,
+        discovery: DiscoverySpec | None = None,
+    ) -> None:
+        self.models: dict[str, EndpointModel] = {m.id: m for m in models}
+        self.discovery = discovery
+        self._publisher: DiscoveryPublisher | None = None
+        self._revision = 1
+        self.traffic = traffic
+        self.config = configuration
+        self.seed = seed
+        self.now: float = 0.0
+        self._progress = progress
+        self._events: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._traffic_rng = random.Random(seed)  # noqa: S311 - simulation, not security
+        self._budget = Budget(configuration.retry_budget)
+        self._latencies: list[float] = []
+        self._requests = self._successes = 0
+        self._spurious = self._deserved = self._probes_to_dead = 0
+        self._no_eligible = 0
+        self._calls = 0
+        self._readmits: list[float] = []
+        self._recovered_at: dict[str, float] = {}
+        self._window_ok = self._window_total = 0
+        self._timeline: list[Sample] = []
+        self._capacity: list[float] = []
+        self._pool: Pool
+
+    def _push(self, at: float, kind: int, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at, self._seq, kind, payload))
+
+    def clock(self) -> float:
+        """The virtual clock the balancer reads."""
+        return self.now
+
+    def run(self) -> RunResult:
+        """Run the whole scenario (starts its own Trio-or-asyncio loop via anyio)."""
+        return anyio.run(self._run)
+
+    def _endpoint(self, model: EndpointModel) -> Endpoint:
+        return Endpoint(model.id, address=model.id, tier=model.tier, zone=model.zone, weight=model.weight)
+
+    async def _run(self) -> RunResult:
+        source: AsyncIterable[Update]
+        if self.discovery is None:
+            source = StaticDiscovery([self._endpoint(m) for m in self.models.values()])
+        else:
+            self._publisher = DiscoveryPublisher()
+            source = self._publisher.subscribe()
+        lb = LoadBalancer(
+            source,
+            policy=self.config.policy,
+            circuit=self.config.circuit,
+            clock=self.clock,
+            seed=self.seed,
+            retry_budget=self.config.retry_budget,
+            **self.config.balancer_options,  # type: ignore[arg-type]
+        )
+        async with lb:
+            pool = self._pool = lb._pool
+            chained = pool.on_transition
+
+            def on_transition(state: EndpointState, transition: Transition) -> None:
+                self._observe(state, transition)
+                chained(state, transition)
+
+            pool.on_transition = on_transition
+            if self._publisher is not None:
+                initial = [self._endpoint(m) for m in self.models.values() if m.exists_at(0.0)]
+                self._publisher.publish(Snapshot(self._revision, initial))
+                await anyio.wait_all_tasks_blocked()
+            await self._loop(lb)
+            if self._publisher is not None:
+                self._publisher.close()
+        return self._result()
+
+    async def _loop(self, lb: LoadBalancer) -> None:
+        traffic = self.traffic
+        self._push(self._next_arrival(0.0), _ARRIVAL, None)
+        self._push(0.0, _SAMPLE, None)
+        for model in self.models.values():
+            for point in model.change_points():
+                if point > 0:
+                    self._push(point, _SAMPLE, model.id)
+        self._schedule_discovery()
+        end = traffic.duration
+        events = self._events
+        next_progress = 0.0
+        while events:
+            at, _, kind, payload = heapq.heappop(events)
+            if at > end and kind != _COMPLETE:
+                continue
+            self.now = at
+            if kind == _ARRIVAL:
+                self._push(self._next_arrival(at), _ARRIVAL, None)
+                self._start(lb, self._new_request(at))
+            elif kind == _COMPLETE:
+                self._complete(lb, *payload)  # type: ignore[misc]
+            elif kind == _DISCOVERY:
+                await self._announce(payload)  # type: ignore[arg-type]
+            elif payload is None:
+                self._sample(lb)
+                self._push(at + traffic.sample_interval, _SAMPLE, None)
+            else:
+                self._health_changed(str(payload))
+            if self._progress is not None and at >= next_progress:
+                self._progress(min(at, end))
+                next_progress = at + end / 200
+        if self._progress is not None:
+            self._progress(end)
+
+    def _schedule_discovery(self) -> None:
+        spec = self.discovery
+        if spec is None:
+            return
+        dies = spec.publisher_dies_at
+        for model in self.models.values():
+            for at, change in ((model.joins_at, "added"), (model.leaves_at, "removed")):
+                if at is None or at <= 0:
+                    continue
+                announce = at + spec.delay
+                if dies is None or announce < dies:
+                    self._push(announce, _DISCOVERY, (change, model.id))
+        if dies is not None:
+            self._push(dies, _DISCOVERY, ("dies", ""))
+
+    async def _announce(self, payload: tuple[str, str]) -> None:
+        publisher = self._publisher
+        assert publisher is not None  # noqa: S101 - scheduled only with a publisher
+        change, endpoint_id = payload
+        if change == "dies":
+            publisher.close()
+        else:
+            self._revision += 1
+            if change == "added":
+                publisher.publish(Delta(self._revision, added=[self._endpoint(self.models[endpoint_id])]))
+            else:
+                publisher.publish(Delta(self._revision, removed=[endpoint_id]))
+        await anyio.wait_all_tasks_blocked()
+
+    def _next_arrival(self, after: float) -> float:
+        return after + self._traffic_rng.expovariate(self.traffic.rps)
+
+    def _new_request(self, at: float) -> _Request:
+        rnd = self._traffic_rng.random
+        return _Request(arrival=at, draws=[rnd() for _ in range(2 * self.traffic.attempts)])
+
+    def _start(self, lb: LoadBalancer, request: _Request) -> None:
+        if request.attempt == 0:
+            self._requests += 1
+            self._budget.deposit(self.now)
+        try:
+            permit = lb.acquire(exclude=request.tried)
+        except SelectionError as exc:
+            if isinstance(exc, NoEligibleEndpoints) and any(m.healthy_at(self.now) for m in self.models.values()):
+                self._no_eligible += 1
+            self._finish(request, ok=False)
+            return
+        model = self.models[permit.endpoint.id]
+        request.tried.append(model.id)
+        if permit.probe and not model.healthy_at(self.now):
+            self._probes_to_dead += 1
+        self._calls += 1
+        i = 2 * request.attempt
+        response = model.respond(self.now, request.draws[i], request.draws[i + 1])
+        timeout = self.traffic.timeout
+        if response.hang or response.latency >= timeout:
+            self._push(self.now + timeout, _COMPLETE, (request, permit, Fault.SUSPECT, None))
+        else:
+            self._push(
+                self.now + response.latency,
+                _COMPLETE,
+                (request, permit, response.fault, response.retry_after),
+            )
+
+    def _complete(
+        self,
+        lb: LoadBalancer,
+        request: _Request,
+        permit: Permit,
+        fault: Fault | None,
+        retry_after: float | None,
+    ) -> None:
+        reporting = self.config.reporting
+        if reporting is Reporting.NONE:
+            permit.cancel()
+        elif fault is None:
+            permit.succeed()
+        elif reporting is Reporting.EVICT and fault is not Fault.TRANSIENT:
+            permit.fail(Fault.PERMANENT)
+        else:
+            permit.fail(fault, retry_after=retry_after)
+        if fault is None:
+            self._finish(request, ok=True)
+            return
+        request.attempt += 1
+        if fault in _RETRYABLE and request.attempt < self.traffic.attempts and self._budget.try_withdraw(self.now):
+            self._start(lb, request)
+        else:
+            self._finish(request, ok=False)
+
+    def _finish(self, request: _Request, *, ok: bool) -> None:
+        self._window_total += 1
+        if ok:
+            self._successes += 1
+            self._window_ok += 1
+            self._latencies.append(self.now - request.arrival)
+
+    def _observe(self, state: EndpointState, transition: Transition) -> None:
+        model = self.models[state.endpoint.id]
+        if transition.target in _EJECTED and transition.source is CircuitState.CLOSED:
+            if model.healthy_at(self.now):
+                self._spurious += 1
+            else:
+                self._deserved += 1
+        if transition.target is CircuitState.CLOSED:
+            self._readmitted(model.id)
+
+    def _health_changed(self, endpoint_id: str) -> None:
+        model = self.models[endpoint_id]
+        if model.healthy_at(self.now) and not model.healthy_at(self.now - 1e-9):
+            pool = self._pool
+            pool.handle_timer(self.now)
+            state = pool.members.get(endpoint_id)
+            if state is not None and pool.refusal(state) is None and state.circuit.state is CircuitState.CLOSED:
+                self._readmits.append(0.0)  # never left rotation
+            else:
+                self._recovered_at[endpoint_id] = self.now
+
+    def _readmitted(self, endpoint_id: str) -> None:
+        since = self._recovered_at.pop(endpoint_id, None)
+        if since is not None:
+            self._readmits.append(self.now - since)
+
+    def _sample(self, lb: LoadBalancer) -> None:
+        pool = lb._pool
+        pool.handle_timer(self.now)
+        alive = in_rotation = 0
+        states = []
+        for endpoint_id, model in self.models.items():
+            state = pool.members.get(endpoint_id)
+            if state is None:  # not (or no longer) in the pool
+                states.append("absent")
+                alive += model.healthy_at(self.now)
+                continue
+            eligible = pool.refusal(state) is None
+            states.append(state.circuit.state.value)
+            if model.healthy_at(self.now):
+                alive += 1
+                if eligible:
+                    in_rotation += 1
+                    if state.circuit.state is CircuitState.CLOSED and endpoint_id in self._recovered_at:
+                        self._readmitted(endpoint_id)
+        capacity = in_rotation / alive if alive else None
+        if capacity is not None:
+            self._capacity.append(capacity)
+        rate = self._window_ok / self._window_total if self._window_total else None
+        self._window_ok = self._window_total = 0
+        self._timeline.append(Sample(at=self.now, success_rate=rate, capacity=capacity, states=tuple(states)))
+
+    def _result(self) -> RunResult:
+        latencies = sorted(self._latencies)
+        return RunResult(
+            configuration=self.config.name,
+            requests=self._requests,
+            successes=self._successes,
+            latencies_p50=_percentile(latencies, 0.50),
+            latencies_p99=_percentile(latencies, 0.99),
+            capacity_retained=sum(self._capacity) / len(self._capacity) if self._capacity else 1.0,
+            spurious_ejections=self._spurious,
+            deserved_ejections=self._deserved,
+            probes_to_dead=self._probes_to_dead,
+            readmit_times=tuple(self._readmits),
+            no_eligible_while_alive=self._no_eligible,
+            backend_calls=self._calls,
+            timeline=tuple(self._timeline),
+            endpoint_ids=tuple(self.models),
+        )

@@ -1,0 +1,181 @@
+"""Endpoint fault models for the simulator: pure functions of virtual time and draws.
+
+An endpoint follows a schedule of phases (each from its ``start`` until the next), and
+optionally a flapping cycle and a rate limit. Given the time and two uniform draws it
+answers with a latency and an outcome; it also says whether it is *healthy* at a time,
+which is how the report tells a spurious ejection from a deserved one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from statistics import NormalDist
+
+import attrs
+
+from .._errors import ConfigError
+from .._faults import Fault
+
+_NORMAL = NormalDist()
+_Z99 = _NORMAL.inv_cdf(0.99)
+
+
+@attrs.frozen(kw_only=True)
+class Latency:
+    """A log-normal latency given by its median and 99th percentile, in seconds."""
+
+    median: float = 0.02
+    p99: float = 0.08
+
+    def __attrs_post_init__(self) -> None:
+        if not (0 < self.median <= self.p99 < math.inf):
+            raise ConfigError("latency", f"need 0 < median <= p99, got {self.median}, {self.p99}")
+
+    def draw(self, unit: float) -> float:
+        """The latency at quantile ``unit``."""
+        sigma = math.log(self.p99 / self.median) / _Z99
+        u = min(max(unit, 1e-9), 1 - 1e-9)
+        return self.median * math.exp(sigma * _NORMAL.inv_cdf(u))
+
+
+@attrs.frozen(kw_only=True)
+class Phase:
+    """How an endpoint behaves from ``start`` until the next phase.
+
+    Attributes:
+        start: virtual seconds.
+        error_rate: the share of calls that fail.
+        fault: the tier of those failures.
+        retry_after: Retry-After carried by those failures (429s), if any.
+        blackhole: calls never answer: they end at the client's timeout.
+        latency_scale: multiplies the latency (a gray failure is slow and a bit wrong).
+        healthy: whether the endpoint counts as healthy (default: error_rate < 0.25 and
+            not a black hole and not PERMANENT).
+    """
+
+    start: float = 0.0
+    error_rate: float = 0.0
+    fault: Fault = Fault.SUSPECT
+    retry_after: float | None = None
+    blackhole: bool = False
+    latency_scale: float = 1.0
+    healthy: bool | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not 0.0 <= self.error_rate <= 1.0:
+            raise ConfigError("phase.error_rate", f"must be in [0, 1], got {self.error_rate}")
+        if self.start < 0 or self.latency_scale <= 0:
+            raise ConfigError("phase", "start must be >= 0 and latency_scale > 0")
+
+    @property
+    def is_healthy(self) -> bool:
+        """The explicit flag, or the default rule."""
+        if self.healthy is not None:
+            return self.healthy
+        return self.error_rate < 0.25 and not self.blackhole and self.fault is not Fault.PERMANENT
+
+
+@attrs.frozen(kw_only=True)
+class Flap:
+    """A repeating cycle: ``down`` seconds failing with ``fault`` every ``period`` seconds."""
+
+    period: float
+    down: float
+    fault: Fault = Fault.SUSPECT
+    start: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        if not (0 < self.down < self.period):
+            raise ConfigError("flap", f"need 0 < down < period, got {self.down}, {self.period}")
+
+    def is_down(self, now: float) -> bool:
+        """Whether the cycle is in its failing part at ``now``."""
+        return now >= self.start and (now - self.start) % self.period < self.down
+
+
+@attrs.frozen(kw_only=True)
+class RateLimit:
+    """Over ``rps`` calls in the last second, answer TRANSIENT with Retry-After."""
+
+    rps: int
+    retry_after: float = 1.0
+
+
+@attrs.frozen(kw_only=True)
+class Response:
+    """One simulated answer."""
+
+    latency: float
+    fault: Fault | None
+    retry_after: float | None = None
+    hang: bool = False
+
+
+@attrs.define(eq=False)
+class EndpointModel:
+    """One simulated endpoint: its schedule, cycle and rate limit, with running state."""
+
+    id: str
+    tier: int = 0
+    zone: str | None = None
+    weight: int = 1
+    latency: Latency = attrs.field(factory=Latency)
+    phases: tuple[Phase, ...] = (Phase(),)
+    flap: Flap | None = None
+    rate_limit: RateLimit | None = None
+    joins_at: float = 0.0
+    leaves_at: float | None = None
+    _recent: deque[float] = attrs.field(factory=deque, init=False)
+    _starts: list[float] = attrs.field(factory=list, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.phases = tuple(sorted(self.phases, key=lambda p: p.start))
+        if not self.phases or self.phases[0].start > 0:
+            self.phases = (Phase(), *self.phases)
+        self._starts = [p.start for p in self.phases]
+
+    def phase_at(self, now: float) -> Phase:
+        """The phase in force at ``now``."""
+        return self.phases[bisect.bisect_right(self._starts, now) - 1]
+
+    def exists_at(self, now: float) -> bool:
+        """Whether the backend process exists at ``now`` (between joining and leaving)."""
+        return self.joins_at <= now and (self.leaves_at is None or now < self.leaves_at)
+
+    def healthy_at(self, now: float) -> bool:
+        """Whether this endpoint is serving correctly at ``now``."""
+        if not self.exists_at(now):
+            return False
+        if self.flap is not None and self.flap.is_down(now):
+            return False
+        return self.phase_at(now).is_healthy
+
+    def change_points(self) -> list[float]:
+        """Times at which health may change (phase starts, joining and leaving)."""
+        points = [*self._starts, self.joins_at]
+        if self.leaves_at is not None:
+            points.append(self.leaves_at)
+        return sorted(set(points))
+
+    def respond(self, now: float, u_latency: float, u_error: float) -> Response:
+        """Answer a call arriving at ``now``."""
+        if not self.exists_at(now):  # nothing listens: connection refused, at once
+            return Response(latency=0.001, fault=Fault.SUSPECT)
+        phase = self.phase_at(now)
+        latency = self.latency.draw(u_latency) * phase.latency_scale
+        if self.rate_limit is not None:
+            recent = self._recent
+            while recent and recent[0] <= now - 1.0:
+                recent.popleft()
+            if len(recent) >= self.rate_limit.rps:
+                return Response(latency=latency * 0.1, fault=Fault.TRANSIENT, retry_after=self.rate_limit.retry_after)
+            recent.append(now)
+        if phase.blackhole:
+            return Response(latency=math.inf, fault=None, hang=True)
+        if self.flap is not None and self.flap.is_down(now):
+            return Response(latency=latency, fault=self.flap.fault)
+        if u_error < phase.error_rate:
+            return Response(latency=latency, fault=phase.fault, retry_after=phase.retry_after)
+        return Response(latency=latency, fault=None)
