@@ -180,6 +180,8 @@ class LoadBalancer:
         self._budget = Budget(retry_budget)
         self._retries_denied = 0
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
+        if self._health is not None:
+            self._health.on_change = self._telemetry.health_changed
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from types import MappingProxyType, TracebackType
 import anyio
 
 from ._core._circuit import CircuitState, Transition
+from ._core._health import HealthStatus
 from ._core._pool import Pool
 from ._core._state import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
 from ._decision import DecisionMode
@@ -72,9 +73,9 @@ _EVENT_LEVEL: dict[type[BalancerEvent], int] = {
     NoEligiblePersisting: logging.ERROR,
     NoEligibleCleared: logging.INFO,
     CoordinationFallback: logging.WARNING,
-    EndpointEjected: logging.WARNING,
-    EndpointReadmitted: logging.INFO,
 }
+# EndpointEjected / EndpointReadmitted are logged where they arise: as circuit moves, or
+# by the active health runner (one line per classification change).
 
 
 class _Totals:
@@ -360,16 +361,6 @@ class Telemetry:
                     event.endpoint_id,
                     event.error,
                 )
-            case EndpointEjected(cause=None) | EndpointReadmitted(cause=None):
-                # Circuit-caused ones are logged as circuit moves; these come from health checks.
-                log(
-                    level,
-                    (event.endpoint_id, "health"),
-                    event.at,
-                    "poise_py: endpoint %r %s by active health checks",
-                    event.endpoint_id,
-                    "ejected" if isinstance(event, EndpointEjected) else "readmitted",
-                )
             case _:
                 pass
 
@@ -418,6 +409,15 @@ class Telemetry:
             self.emit(
                 EndpointEjected(at=at, endpoint_id=endpoint_id, cause=cause, state=target, until=transition.reopen_at)
             )
+
+    def health_changed(
+        self, state: EndpointState, before: HealthStatus | None, status: HealthStatus, now: float
+    ) -> None:
+        """Active health's hook: an UNHEALTHY verdict ejects, leaving UNHEALTHY readmits."""
+        if status is HealthStatus.UNHEALTHY and before is not HealthStatus.UNHEALTHY:
+            self.emit(EndpointEjected(at=now, endpoint_id=state.endpoint.id, cause=None))
+        elif before is HealthStatus.UNHEALTHY and status is not HealthStatus.UNHEALTHY:
+            self.emit(EndpointReadmitted(at=now, endpoint_id=state.endpoint.id, cause=None))
 
     # -- the no-eligible alert ---------------------------------------------------------
 

@@ -575,3 +575,30 @@ async def test_discovery_arriving_soon_after_start_up_closes_the_episode_silentl
         await anyio.sleep(10.0)
         assert not lb._telemetry.episode_open
     assert not any(isinstance(e, poise.NoEligiblePersisting) for e in drain(stream))
+
+
+# -- active health -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("anyio_backend", [TRIO_MOCK_CLOCK], ids=["trio"])
+async def test_active_health_verdicts_emit_ejected_and_readmitted_without_a_cause() -> None:
+    broken = {"a"}
+
+    async def probe(endpoint: poise.Endpoint) -> None:
+        if endpoint.id in broken:
+            raise ConnectionRefusedError(endpoint.id)
+
+    check = poise.HealthCheck(
+        probe=probe, interval=1.0, timeout=0.5, healthy_threshold=1, unhealthy_threshold=1, jitter=0.0
+    )
+    lb = poise.LoadBalancer(poise.StaticDiscovery(endpoints("a", "b")), health_check=check)
+    async with lb:
+        stream = lb.events()
+        await anyio.sleep(3.0)
+        broken.clear()
+        await anyio.sleep(3.0)
+        events = [e for e in drain(stream) if isinstance(e, poise.EndpointEjected | poise.EndpointReadmitted)]
+    assert [(type(e), e.endpoint_id, e.cause) for e in events] == [
+        (poise.EndpointEjected, "a", None),
+        (poise.EndpointReadmitted, "a", None),
+    ]
