@@ -74,9 +74,23 @@ from ._errors import RevisionOverflow as RevisionOverflow
 from ._errors import SelectionError as SelectionError
 from ._errors import StaleRevision as StaleRevision
 from ._errors import UnknownIdentity as UnknownIdentity
+from ._events import BalancerEvent as BalancerEvent
+from ._events import CircuitClosed as CircuitClosed
+from ._events import CircuitHalfOpened as CircuitHalfOpened
+from ._events import CircuitOpened as CircuitOpened
+from ._events import CoordinationFallback as CoordinationFallback
+from ._events import DiscoveryApplied as DiscoveryApplied
+from ._events import DiscoveryRejected as DiscoveryRejected
+from ._events import EndpointEjected as EndpointEjected
+from ._events import EndpointReadmitted as EndpointReadmitted
+from ._events import NoEligibleCleared as NoEligibleCleared
+from ._events import NoEligiblePersisting as NoEligiblePersisting
+from ._events import PanicEnded as PanicEnded
+from ._events import PanicStarted as PanicStarted
 from ._faults import Classification as Classification
 from ._faults import Fault as Fault
 from ._file_discovery import FileDiscovery as FileDiscovery
+from ._logs import LogLimit as LogLimit
 from ._membership import Readiness as Readiness
 from ._permit import Permit as Permit
 from ._publisher import DiscoveryPublisher as DiscoveryPublisher
@@ -85,5 +99,10 @@ from ._retry import Attempt as Attempt
 from ._snapshot import EndpointCounters as EndpointCounters
 from ._snapshot import EndpointSnapshot as EndpointSnapshot
 from ._snapshot import PoolSnapshot as PoolSnapshot
+from ._statistics import BalancerStatistics as BalancerStatistics
+from ._statistics import PoolCounters as PoolCounters
+from ._telemetry import EventStream as EventStream
+from ._telemetry import Observer as Observer
+from ._version import VERSION
 
-__version__ = "0.1.0"
+__version__ = VERSION

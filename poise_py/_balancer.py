@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import AsyncIterable, Awaitable, Callable, Collection, Hashable
 from types import TracebackType
@@ -25,7 +26,7 @@ from ._core._health import HealthCheck
 from ._core._policies import Policy, PowerOfTwoChoices
 from ._core._policy import CircuitPolicy
 from ._core._pool import Pool
-from ._core._state import EndpointState, sat_add
+from ._core._state import EndpointState
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
 from ._endpoint import AdminStatus, check_duration
 from ._errors import (
@@ -39,13 +40,18 @@ from ._errors import (
     NotDraining,
     NotRunning,
     ReadyTimeout,
+    SelectionError,
 )
+from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected
 from ._faults import Classification, Fault
 from ._health import HealthRunner
+from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._permit import Permit
 from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
+from ._statistics import BalancerStatistics
+from ._telemetry import DEFAULT_EVENT_BUFFER, EventStream, Observer, Telemetry
 
 logger = logging.getLogger("poise_py")
 T = TypeVar("T")
@@ -82,6 +88,11 @@ class LoadBalancer:
             ``anyio.current_time()`` returns), so Trio's ``MockClock`` drives every timer.
         seed: seeds the balancer's rng (jitter, random picks) for reproducible runs.
         retry_budget: bounds the retries of :meth:`call` (default :class:`RetryBudget`).
+        no_eligible_alert_after: seconds selections must keep failing, with no call
+            succeeding, before a :class:`NoEligiblePersisting` event and an ERROR log line
+            (default 5); one empty result at start-up does not alert. None disables it.
+        log_limit: the per-endpoint rate limit on the ``poise_py`` log (default
+            :class:`LogLimit`: 5 lines at once, 5 more per minute, per endpoint and kind).
         health_check: active health checking (:class:`HealthCheck`), run in the
             balancer's task group; None (default) for passive health only.
         endpoint_factory: builds per-endpoint state (a connection pool, a client) for
@@ -107,6 +118,8 @@ class LoadBalancer:
         clock: Callable[[], float] | None = None,
         seed: int | None = None,
         retry_budget: RetryBudget | None = None,
+        no_eligible_alert_after: float | None = 5.0,
+        log_limit: LogLimit | None = None,
         health_check: HealthCheck | None = None,
         endpoint_factory: EndpointFactory | None = None,
         endpoint_close: EndpointClose | None = None,
@@ -130,6 +143,11 @@ class LoadBalancer:
             raise ConfigError("retry_budget", f"must be a RetryBudget, got {retry_budget!r}")
         if clock is not None and not callable(clock):
             raise ConfigError("clock", f"must be callable, got {clock!r}")
+        if no_eligible_alert_after is not None:
+            no_eligible_alert_after = check_duration("no_eligible_alert_after", no_eligible_alert_after)
+        log_limit = LogLimit() if log_limit is None else log_limit
+        if not isinstance(log_limit, LogLimit):
+            raise ConfigError("log_limit", f"must be a LogLimit, got {log_limit!r}")
         if health_check is not None:
             _check_health(health_check, circuit)
         if endpoint_factory is not None and not callable(endpoint_factory):
@@ -170,11 +188,14 @@ class LoadBalancer:
         self._timer_wakeup: anyio.Event | None = None
         self._budget = Budget(retry_budget)
         self._retries_denied = 0
-        self.discovery_rejected = 0
-        """Discovery updates rejected (stale, duplicate, incoherent); the stream went on."""
+        self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
+        if self._health is not None:
+            self._health.on_change = self._telemetry.health_changed
         self._coordinator: Coordinator | None = None
         if coordination is not None:
-            self._coordinator = Coordinator(coordination, self._pool, circuit, self._rng)
+            self._coordinator = Coordinator(
+                coordination, self._pool, circuit, self._rng, on_fallback=self._coordination_fallback
+            )
             self._pool.on_probe_result = self._coordinator.probe_result
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -201,6 +222,8 @@ class LoadBalancer:
         if not isinstance(source, StaticDiscovery):
             task_group.start_soon(self._run_discovery, source)
         task_group.start_soon(self._run_timers)
+        if self._clock_arg is None:
+            task_group.start_soon(self._telemetry.watch, self._clock)
         if self._health is not None:
             task_group.start_soon(self._health.run, task_group, self._clock)
         coordinator = self._coordinator
@@ -220,6 +243,7 @@ class LoadBalancer:
         self._running = self._serving = False
         self._task_group = None
         task_group.cancel_scope.cancel()
+        self._telemetry.close()
         # The body's exception is not the task group's business: close the group on its
         # own (its tasks only wait and never raise), so the caller's exception propagates
         # as itself rather than wrapped in an ExceptionGroup.
@@ -264,14 +288,19 @@ class LoadBalancer:
         if not self._serving:
             if not self._running:
                 raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
-            raise DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+            closed = DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+            self._telemetry.selection_failed(closed, self._clock())
+            raise closed
         try:
             state, ticket, now = self._pool.select(self._clock, key, exclude)
-        except NoEligibleEndpoints as exc:
-            readiness = self._membership.readiness_error()
-            if readiness is None:
-                raise
-            raise readiness from exc
+        except SelectionError as exc:
+            if isinstance(exc, NoEligibleEndpoints):
+                readiness = self._membership.readiness_error()
+                if readiness is not None:
+                    self._telemetry.selection_failed(readiness, self._clock())
+                    raise readiness from exc
+            self._telemetry.selection_failed(exc, self._clock())
+            raise
         return Permit(self, state, ticket, now)
 
     async def call(
@@ -323,20 +352,34 @@ class LoadBalancer:
         if leaf is None:  # cancellation, KeyboardInterrupt, SystemExit, GeneratorExit
             self._pool.cancel(permit._state, permit._ticket)
             return
-        fault, retry_after = self._classify(leaf)
+        fault, retry_after = self._classify(leaf, permit._state.endpoint.id)
         self._finish(permit, fault, retry_after)
 
-    def _classify(self, exc: Exception) -> tuple[Fault, float | None]:
+    def _classify(self, exc: Exception, endpoint_id: str | None = None) -> tuple[Fault, float | None]:
         try:
             verdict: object = self._classifier(exc)
-        except Exception:
-            logger.exception("poise_py: the classifier raised; recording SUSPECT")
+        except Exception as error:
+            self._telemetry.log.log(
+                logging.ERROR,
+                (endpoint_id, "classifier"),
+                self._clock(),
+                "poise_py: the classifier raised on a result of endpoint %r; recording SUSPECT",
+                endpoint_id,
+                exc_info=error,
+            )
             return Fault.SUSPECT, None
         if isinstance(verdict, Fault):
             return verdict, None
         if isinstance(verdict, Classification):
             return verdict.fault, verdict.retry_after
-        logger.error("poise_py: the classifier returned %r, not a Fault; recording SUSPECT", verdict)
+        self._telemetry.log.log(
+            logging.ERROR,
+            (endpoint_id, "classifier"),
+            self._clock(),
+            "poise_py: the classifier returned %r for endpoint %r, not a Fault; recording SUSPECT",
+            verdict,
+            endpoint_id,
+        )
         return Fault.SUSPECT, None
 
     # -- operators and views -----------------------------------------------------------
@@ -397,6 +440,73 @@ class LoadBalancer:
         if not state.live:
             self._membership.idle(state)  # a removed endpoint's last permit: release its resource
 
+    def statistics(self) -> BalancerStatistics:
+        """Frozen counters: pool-wide totals (departed endpoints included) and per endpoint.
+
+        Every count saturates at ``2**64 - 1``; the per-endpoint series are bounded by the
+        live pool.
+        """
+        now = self._clock()
+        pool = self._pool
+        if pool.orphans:
+            pool.release_orphans()
+        pool.handle_timer(now)
+        return self._telemetry.statistics(
+            now, retries_denied=self._retries_denied, readiness_failures=self._membership.readiness_failures
+        )
+
+    def events(self, *, buffer: int = DEFAULT_EVENT_BUFFER) -> EventStream:
+        """Subscribe to the balancer's typed events: ``async for event in lb.events():``.
+
+        The subscription starts now (before the first iteration). Each subscriber has its
+        own buffer of ``buffer`` events; a subscriber that falls behind loses the oldest
+        (counted in ``stream.dropped``) and never slows the balancer. The stream ends when
+        the balancer stops, so start the reading task in a task group that outlives
+        ``async with lb``, or close the stream yourself (``async with lb.events() as s:``).
+        """
+        return self._telemetry.subscribe(buffer)
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer(event)`` synchronously for every event from now on.
+
+        The callback runs inside the balancer's bookkeeping: it must not block, and should
+        not call back into the balancer (hand the event to a task instead). An exception
+        it raises is logged (rate-limited) and otherwise ignored.
+        """
+        self._telemetry.add_observer(observer)
+
+    def remove_observer(self, observer: Observer) -> None:
+        """Stop calling ``observer`` (ValueError if it was not added)."""
+        self._telemetry.remove_observer(observer)
+
+    def _read_statistics(self) -> BalancerStatistics:
+        """:meth:`statistics` without side effects, for a metrics reader on another thread."""
+        try:
+            now = self._clock()
+        except Exception:  # noqa: BLE001 - outside the event loop the backend clock cannot be read
+            now = math.nan
+        for _ in range(3):
+            try:
+                return self._telemetry.statistics(
+                    now,
+                    retries_denied=self._retries_denied,
+                    readiness_failures=self._membership.readiness_failures,
+                    settle=False,
+                )
+            except RuntimeError:  # the pool changed size under a reader thread: read again
+                continue
+        return self._telemetry.statistics(
+            now,
+            retries_denied=self._retries_denied,
+            readiness_failures=self._membership.readiness_failures,
+            settle=False,
+        )
+
+    @property
+    def discovery_rejected(self) -> int:
+        """Discovery updates rejected (stale, duplicate, incoherent); the stream went on."""
+        return self._telemetry.count(DiscoveryRejected)
+
     def snapshot(self) -> PoolSnapshot:
         """A frozen view of every endpoint and of the pool."""
         now = self._clock()
@@ -413,17 +523,29 @@ class LoadBalancer:
         membership = self._membership
         if ignore_duplicate and membership.revision == update.revision:
             return
-        await membership.apply(update, self._clock)
+        changes = await membership.apply(update, self._clock)
+        now = self._clock()
         self._closed = False
         self._serving = self._running
+        self._telemetry.emit(
+            DiscoveryApplied(
+                at=now,
+                revision=update.revision,
+                added=tuple(e.id for e in changes.added),
+                removed=tuple(changes.removed),
+                updated=tuple(e.id for e in changes.updated),
+                size=len(self._pool.members),
+            )
+        )
         if self._coordinator is not None:
             self._coordinator.members_changed()
 
     def _discovery_rejected(self, update: object, exc: DiscoveryError) -> None:
-        """Report a rejected update (the one place to hang a DiscoveryRejected event)."""
-        self.discovery_rejected = sat_add(self.discovery_rejected)
+        """Report a rejected update: counted, logged (rate-limited) and emitted as an event."""
         revision = getattr(update, "revision", None)
-        logger.warning("poise_py: discovery update (revision %r) rejected: %s", revision, exc)
+        self._telemetry.emit(
+            DiscoveryRejected(at=self._clock(), revision=revision if isinstance(revision, int) else None, error=exc)
+        )
 
     async def _run_discovery(self, source: AsyncIterable[Update]) -> None:
         iterator = aiter(source)
@@ -515,19 +637,15 @@ class LoadBalancer:
             if wakeup.is_set():
                 self._timer_wakeup = anyio.Event()
 
+    def _coordination_fallback(self, at: float, error: BaseException) -> None:
+        self._telemetry.emit(CoordinationFallback(at=at, endpoint_id=None, error=error))
+
     def _on_transition(self, state: EndpointState, transition: Transition) -> None:
         if transition.reopen_at is not None and self._timer_wakeup is not None:
             self._timer_wakeup.set()
         if self._coordinator is not None:
             self._coordinator.moved(state, transition)
-        logger.debug(
-            "poise_py: endpoint %r circuit %s -> %s (%s), epoch %d",
-            state.endpoint.id,
-            transition.source.value,
-            transition.target.value,
-            transition.cause.value,
-            transition.epoch,
-        )
+        self._telemetry.on_transition(state, transition)
 
 
 def _first_exception(group: BaseException) -> Exception | None:

@@ -33,6 +33,8 @@ class FaultError(Exception):
         retry_after: optional seconds the server asked for.
     """
 
+    poise_fault: Classification
+
     def __init__(self, fault: Fault, message: str = "", *, retry_after: float | None = None) -> None:
         self.poise_fault = Classification(fault, retry_after=retry_after)
         super().__init__(message or fault.value)

@@ -59,6 +59,9 @@ Update = Snapshot | Delta
 class StaticDiscovery:
     """A fixed list of endpoints: one snapshot, applied as the balancer starts, never ending."""
 
+    snapshot: Snapshot
+    """The one snapshot it delivers."""
+
     def __init__(self, endpoints: Iterable[Endpoint]) -> None:
         self.snapshot = Snapshot(1, tuple(endpoints))
 

@@ -76,11 +76,11 @@ class DnsDiscovery:
             raise ConfigError("resolver", f"must be callable, got {resolver!r}")
         self.host = host
         self.port = port
-        self.interval = check_duration("interval", interval)
+        self.interval: float = check_duration("interval", interval)
         self._resolve = resolver or getaddrinfo_resolver(family)
         self._revision = 0
         self.error: OSError | None = None
-        self.failures = 0
+        self.failures: int = 0
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self._stream()

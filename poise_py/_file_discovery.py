@@ -125,8 +125,8 @@ class FileDiscovery:
         format: str | None = None,  # noqa: A002 - the natural name for a file format
         on_error: ErrorHook | None = None,
     ) -> None:
-        self.path = os.fspath(path)
-        self.interval = check_duration("interval", interval)
+        self.path: str = os.fspath(path)
+        self.interval: float = check_duration("interval", interval)
         fmt = _FORMATS.get(os.path.splitext(self.path)[1].lower()) if format is None else format
         if fmt is None:
             raise ConfigError("format", f"cannot tell from {self.path!r}: pass 'json' or 'toml'")
@@ -138,7 +138,7 @@ class FileDiscovery:
         self._on_error = on_error
         self._revision = 0
         self.error: EndpointsFileError | None = None
-        self.rejected = 0
+        self.rejected: int = 0
 
     async def load(self) -> tuple[Endpoint, ...]:
         """Read and parse the file once (to validate it, say); raises :class:`EndpointsFileError`."""

@@ -42,6 +42,8 @@ class HealthRunner:
         self._wakeup: anyio.Event | None = None
         self.unejected = 0
         """Passively ejected circuits closed by a passing probe."""
+        self.on_change: Callable[[EndpointState, HealthStatus | None, HealthStatus, float], None] | None = None
+        """Called when a probe result changes an endpoint's classification (telemetry)."""
 
     # -- glue (synchronous; every decision is here) --------------------------------------
 
@@ -89,6 +91,8 @@ class HealthRunner:
         if status is not before:
             self._log_change(endpoint_id, status, result, error)
             self._publish(state, status)
+            if self.on_change is not None:
+                self.on_change(state, before, status, now)
         if (
             result is ProbeResult.PASSED
             and status is HealthStatus.HEALTHY

@@ -44,9 +44,9 @@ class _Channel:
     """The state a publisher shares with its subscriptions (they never hold the publisher)."""
 
     def __init__(self) -> None:
-        self.directory = Directory()
+        self.directory: Directory = Directory()
         self.endpoints: dict[str, Endpoint] = {}
-        self.closed = False
+        self.closed: bool = False
         self.subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self._snapshot: Snapshot | None = None
 
@@ -120,9 +120,9 @@ class DiscoveryPublisher:
         """Publish a :class:`Snapshot` or :class:`Delta` to every subscriber.
 
         Raises:
-            StaleRevision, DuplicateRevision, RevisionOverflow, DuplicateIdentity,
-            UnknownIdentity, DiscoveryError: the update does not apply to the published
-                pool; nothing changed.
+            DiscoveryError: the update does not apply to the published pool (a
+                :class:`StaleRevision`, :class:`DuplicateRevision`, :class:`RevisionOverflow`,
+                :class:`DuplicateIdentity` or :class:`UnknownIdentity`); nothing changed.
             PublisherClosed: the publisher was closed.
         """
         self._channel.publish(update)
@@ -178,7 +178,7 @@ class Subscription:
         self._seen: int | None = None
         self._resync = False
         self._waiter: anyio.Event | None = None
-        self.coalesced = 0
+        self.coalesced: int = 0
         channel.subscriptions.add(self)
 
     def resync(self) -> None:

@@ -69,7 +69,7 @@ async def call_with_retries(
             try:
                 return await fn(endpoint, *args, **kwargs)
             except Exception as exc:
-                fault, retry_after = lb._classify(exc)
+                fault, retry_after = lb._classify(exc, endpoint.id)
                 permit.fail(fault, retry_after=retry_after)
                 history.append(Attempt(endpoint_id=endpoint.id, fault=fault, error=exc))
                 if fault not in RETRYABLE:

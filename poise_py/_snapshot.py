@@ -10,7 +10,8 @@ import attrs
 from ._core._circuit import CircuitState
 from ._core._health import HealthSnapshot
 from ._core._pool import Pool
-from ._core._state import FAULT_INDEX, SATURATED, EndpointState
+from ._core._state import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
+from ._decision import DecisionMode
 from ._endpoint import AdminStatus, Endpoint
 from ._errors import IneligibleReason
 from ._faults import Fault
@@ -25,6 +26,7 @@ class EndpointCounters:
 
     Attributes:
         issued: permits issued.
+        selections: permits issued in each decision mode (HEALTHY, SPILLOVER, PANIC).
         successes: calls reported successful.
         faults: calls that ended with each fault tier.
         cancellations: permits that ended without an outcome (cancelled or dropped).
@@ -35,6 +37,7 @@ class EndpointCounters:
     """
 
     issued: int
+    selections: Mapping[DecisionMode, int]
     successes: int
     faults: Mapping[Fault, int]
     cancellations: int
@@ -124,20 +127,29 @@ def endpoint_snapshot(pool: Pool, state: EndpointState, health: HealthView | Non
         reopen_at=circuit.next_deadline(),
         consecutive_failures=circuit.consecutive_failures,
         escalation_level=circuit.level,
-        counters=EndpointCounters(
-            issued=min(
-                SATURATED,
-                state.successes + sum(state.faults) + state.cancellations + state.inflight,
-            ),
-            successes=state.successes,
-            faults=MappingProxyType({f: state.faults[i] for f, i in FAULT_INDEX.items()}),
-            cancellations=state.cancellations,
-            probes=state.probes,
-            stale=state.stale,
-            ejections=circuit.ejections,
-            suppressed_ejections=circuit.suppressed_ejections,
-        ),
+        counters=endpoint_counters(state),
         health=None if health is None else health(state.endpoint.id),
+    )
+
+
+def endpoint_counters(state: EndpointState) -> EndpointCounters:
+    """Freeze one endpoint's counters (each saturating at ``2**64 - 1``)."""
+    circuit = state.circuit
+    issued = min(SATURATED, state.successes + sum(state.faults) + state.cancellations + state.inflight)
+    modes = state.mode_selections
+    rerouted = sum(modes)
+    selections = {m: min(SATURATED, modes[i]) for m, i in MODE_INDEX.items()}
+    selections[DecisionMode.HEALTHY] = max(0, issued - rerouted)
+    return EndpointCounters(
+        issued=issued,
+        selections=MappingProxyType(selections),
+        successes=state.successes,
+        faults=MappingProxyType({f: state.faults[i] for f, i in FAULT_INDEX.items()}),
+        cancellations=state.cancellations,
+        probes=state.probes,
+        stale=state.stale,
+        ejections=min(SATURATED, circuit.ejections),
+        suppressed_ejections=min(SATURATED, circuit.suppressed_ejections),
     )
 
 

@@ -15,6 +15,7 @@ import poise_py as poise
 from poise_py import CircuitState, Fault
 from tests.coordination_support import COREDIS_LEAK, REAL_CLOCK_BACKENDS, Fleet
 from tests.test_coordination import fail, grab_probes, state_of, stats
+from tests.test_telemetry import drain
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings(COREDIS_LEAK)]
 
@@ -33,6 +34,7 @@ async def test_a_dead_storage_falls_back_to_local_circuits_and_no_call_fails(
         lb = await fleet.balancer("a", "b", timeout=2.0, on_change=changes.append)
         await fleet.sync(lb)
         assert stats(lb).connected
+        events = lb.events()
         await fleet.kill()
         with caplog.at_level(logging.WARNING, logger="poise_py"):
             dead = await fail(lb)  # a local trip: publishing it fails
@@ -45,8 +47,13 @@ async def test_a_dead_storage_falls_back_to_local_circuits_and_no_call_fails(
         assert not s.connected
         assert s.fallbacks == 1
         assert s.failures >= 1
-        warnings = [r for r in caplog.records if "coordination storage unavailable" in r.getMessage()]
+        warnings = [r for r in caplog.records if "coordination unreachable" in r.getMessage()]
         assert len(warnings) == 1, "one log line per outage, not one per failed call"
+        fallbacks = [e for e in drain(events) if isinstance(e, poise.CoordinationFallback)]
+        assert len(fallbacks) == 1
+        assert fallbacks[0].endpoint_id is None
+        assert isinstance(fallbacks[0].error, poise.CoordinationError)
+        assert lb.statistics().pool.coordination_fallbacks == 1
         assert [c.connected for c in changes] == [False]
         assert changes[0].reason
         # the local circuit now decides alone: it half-opens on its own timer and probes

@@ -65,6 +65,10 @@ _SHARED_CAUSES = frozenset({Cause.SHARED_OPEN, Cause.SHARED_HALF_OPEN, Cause.SHA
 class _Down(Exception):  # noqa: N818 - internal signal, never escapes
     """The storage failed or timed out: fall back."""
 
+    def __init__(self, reason: str, error: BaseException) -> None:
+        super().__init__(reason)
+        self.error = error
+
 
 @attrs.define(eq=False)
 class _Link:
@@ -88,10 +92,21 @@ class Coordinator:
         pool: the balancer's pool.
         policy: the circuit policy (already checked by ``config.check``).
         rng: the balancer's seeded rng (jitter units for trips).
+        on_fallback: called once per outage with the time and the storage's error (the
+            balancer emits a ``CoordinationFallback`` event, which logs); None: log here.
     """
 
-    def __init__(self, config: Coordination, pool: Pool, policy: CircuitPolicy, rng: random.Random) -> None:
+    def __init__(
+        self,
+        config: Coordination,
+        pool: Pool,
+        policy: CircuitPolicy,
+        rng: random.Random,
+        *,
+        on_fallback: Callable[[float, BaseException], None] | None = None,
+    ) -> None:
         self._config = config
+        self._on_fallback = on_fallback
         self._storage = config.storage
         self._pool = pool
         self._policy = policy
@@ -227,10 +242,10 @@ class Coordinator:
                 else:
                     await self._step(poll=poll or (timers and self._clock() >= self._next_poll), timers=timers)
             except _Down as exc:
-                self._fall_back(str(exc))
+                self._fall_back(str(exc), exc.error)
             except Exception as exc:  # a bug in a storage or here: never take the balancer down
                 logger.exception("poise_py: coordination failed unexpectedly")
-                self._fall_back(repr(exc))
+                self._fall_back(repr(exc), exc)
 
     async def _step(self, *, poll: bool, timers: bool = True) -> None:
         while self._dirty:
@@ -487,14 +502,15 @@ class Coordinator:
         try:
             with anyio.fail_after(timeout):
                 return await op(*args, **kwargs)
-        except TimeoutError:
+        except TimeoutError as exc:
             self.failures = sat_add(self.failures)
-            raise _Down(f"{getattr(op, '__name__', op)!s} took longer than {timeout} s") from None
+            reason = f"{getattr(op, '__name__', op)!s} took longer than {timeout} s"
+            raise _Down(reason, TimeoutError(reason)) from exc
         except CoordinationError as exc:
             self.failures = sat_add(self.failures)
-            raise _Down(str(exc)) from exc
+            raise _Down(str(exc), exc) from exc
 
-    def _fall_back(self, reason: str) -> None:
+    def _fall_back(self, reason: str, error: BaseException) -> None:
         now = self._clock()
         was_connected = self._connected
         self._connected = False
@@ -503,13 +519,16 @@ class Coordinator:
             self._pool.set_leased(state, False, now)
         if was_connected:
             self.fallbacks = sat_add(self.fallbacks)
-        if not self._announced:
+        if not self._announced:  # once per outage: a log line (through the event), a hook
             self._announced = True
-            logger.warning(
-                "poise_py: coordination storage unavailable (%s); every endpoint falls back to its "
-                "local circuit until it answers again",
-                reason,
-            )
+            if self._on_fallback is not None:
+                self._on_fallback(now, error)
+            else:
+                logger.warning(
+                    "poise_py: coordination storage unavailable (%s); every endpoint falls back to its "
+                    "local circuit until it answers again",
+                    reason,
+                )
             self._notify(CoordinationChange(connected=False, at=now, reason=reason))
 
     def _notify(self, change: CoordinationChange) -> None:

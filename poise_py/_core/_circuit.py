@@ -181,6 +181,21 @@ class Circuit:
         now: the creation time, for escalation decay.
     """
 
+    # Declared types (for type checkers and the public type surface); values are set in __init__.
+    policy: CircuitPolicy
+    state: CircuitState
+    epoch: int
+    reopen_at: float | None
+    probes_in_flight: int
+    probe_successes: int
+    level: int
+    closed_at: float
+    ejections_in_row: int
+    ejected_time: float
+    ejections: int
+    stale_results: int
+    suppressed_ejections: int
+
     __slots__ = (
         "_closed_ticket",
         "_consecutive",

@@ -26,6 +26,7 @@ from ._policy import CircuitPolicy
 from ._state import FAULT_INDEX, SATURATED, EndpointState, sat_add
 
 TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
+LeaveHook: TypeAlias = Callable[[EndpointState], None]
 IdleHook: TypeAlias = Callable[[EndpointState], None]
 ProbeHook: TypeAlias = Callable[[EndpointState], None]
 
@@ -68,6 +69,10 @@ class Pool:
             (``LoadBalancer.drained``).
     """
 
+    # Declared types (for type checkers and the public type surface); values are set in __init__.
+    timed: bool
+    suppressed_ejections: int
+
     def __init__(
         self,
         circuit: CircuitPolicy,
@@ -98,6 +103,8 @@ class Pool:
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
         self.suppressed_ejections = 0
+        self.on_leave: LeaveHook | None = None
+        """Called for each endpoint removed from the pool (telemetry folds its counters)."""
         self.on_probe_result: ProbeHook | None = None
         """Called after a current-epoch probe result that moved nothing (coordination)."""
 
@@ -124,6 +131,8 @@ class Pool:
             if state.was_ejected:
                 self._ejected -= 1
                 state.was_ejected = False
+            if self.on_leave is not None:
+                self.on_leave(state)
         for endpoint in updated:
             state = self.members[endpoint.id]
             state.endpoint = endpoint

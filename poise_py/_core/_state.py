@@ -15,11 +15,24 @@ _NO_DECISION = Decision(DecisionMode.HEALTHY, 0)
 
 FAULT_INDEX: dict[Fault, int] = {f: i for i, f in enumerate(Fault)}
 
+MODE_INDEX: dict[DecisionMode, int] = {m: i for i, m in enumerate(DecisionMode)}
+
 
 def sat_add(value: int, n: int = 1) -> int:
     """Add ``n`` to a counter, saturating at ``2**64 - 1``."""
     total = value + n
     return total if total < SATURATED else SATURATED
+
+
+def count_selection(state: EndpointState, mode: DecisionMode) -> None:
+    """Count one selection of ``state`` made in ``mode`` (a no-op for HEALTHY, which is derived).
+
+    Routing calls this on its SPILLOVER and PANIC paths only, so telemetry costs the
+    healthy hot path nothing.
+    """
+    if mode is not DecisionMode.HEALTHY:
+        i = MODE_INDEX[mode]
+        state.mode_selections[i] = sat_add(state.mode_selections[i])
 
 
 class EndpointState:
@@ -28,6 +41,23 @@ class EndpointState:
     Identity is the object: a state that leaves the pool is marked not ``live`` and never
     reused, so a late result for it can never touch a re-added endpoint of the same id.
     """
+
+    # Declared types (for type checkers and the public type surface); values are set in __init__.
+    endpoint: Endpoint
+    circuit: Circuit
+    admin: AdminStatus
+    inflight: int
+    pos: int
+    live: bool
+    was_ejected: bool
+    ewma: float
+    decision: Decision
+    successes: int
+    faults: list[int]
+    cancellations: int
+    probes: int
+    stale: int
+    mode_selections: list[int]
 
     __slots__ = (
         "admin",
@@ -40,6 +70,7 @@ class EndpointState:
         "health_refusal",
         "inflight",
         "live",
+        "mode_selections",
         "pos",
         "probes",
         "readiness",
@@ -66,6 +97,10 @@ class EndpointState:
         self.cancellations = 0
         self.probes = 0
         self.stale = 0
+        self.mode_selections = [0] * len(MODE_INDEX)
+        """Selections made in SPILLOVER and PANIC mode (the HEALTHY slot stays 0): the
+        routing path counts them with :func:`count_selection`; HEALTHY selections are
+        derived (issued minus these), so the healthy fast path counts nothing extra."""
         self.readiness: IneligibleReason | None = None
         """NOT_READY or QUARANTINED while its readiness check keeps it out, else None."""
         self.resource: object = None

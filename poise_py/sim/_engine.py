@@ -163,14 +163,14 @@ class Engine:
         progress: Callable[[float], None] | None = None,
         discovery: DiscoverySpec | None = None,
     ) -> None:
-        self.models = {m.id: m for m in models}
+        self.models: dict[str, EndpointModel] = {m.id: m for m in models}
         self.discovery = discovery
         self._publisher: DiscoveryPublisher | None = None
         self._revision = 1
         self.traffic = traffic
         self.config = configuration
         self.seed = seed
-        self.now = 0.0
+        self.now: float = 0.0
         self._progress = progress
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0

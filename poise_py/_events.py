@@ -1,0 +1,220 @@
+"""Typed events: what the balancer tells observers and ``lb.events()`` subscribers.
+
+Every event is a frozen value carrying ``at``, the balancer clock's reading when it
+happened. Match them by type (``match event: case poise.CircuitOpened(): ...``); the
+fields say what happened, never a message to parse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import attrs
+
+from ._core._circuit import Cause, CircuitState
+from ._errors import DiscoveryError, IneligibleReason, SelectionError
+
+
+def _frozen_reasons(value: Mapping[IneligibleReason, int]) -> Mapping[IneligibleReason, int]:
+    return MappingProxyType(dict(value))
+
+
+@attrs.frozen(kw_only=True)
+class BalancerEvent:
+    """Base class of every event.
+
+    Attributes:
+        at: the balancer clock's reading when it happened.
+    """
+
+    at: float
+
+
+@attrs.frozen(kw_only=True)
+class CircuitOpened(BalancerEvent):
+    """An endpoint's circuit moved to OPEN (a trip, a failed probe, or a Retry-After).
+
+    Attributes:
+        endpoint_id: the endpoint.
+        epoch: the circuit's new epoch.
+        cause: why it opened.
+        previous: CLOSED (a trip) or HALF_OPEN (a failed probe).
+        reopen_at: when it becomes HALF_OPEN (balancer clock).
+    """
+
+    endpoint_id: str
+    epoch: int
+    cause: Cause
+    previous: CircuitState
+    reopen_at: float | None
+
+
+@attrs.frozen(kw_only=True)
+class CircuitHalfOpened(BalancerEvent):
+    """An endpoint's open window ended: its circuit is HALF_OPEN and takes probes.
+
+    Attributes:
+        endpoint_id: the endpoint.
+        epoch: the circuit's new epoch.
+    """
+
+    endpoint_id: str
+    epoch: int
+
+
+@attrs.frozen(kw_only=True)
+class CircuitClosed(BalancerEvent):
+    """An endpoint's circuit moved to CLOSED (a probe succeeded, or a reset).
+
+    Attributes:
+        endpoint_id: the endpoint.
+        epoch: the circuit's new epoch.
+        cause: PROBE_SUCCEEDED or RESET.
+        previous: the state it left.
+    """
+
+    endpoint_id: str
+    epoch: int
+    cause: Cause
+    previous: CircuitState
+
+
+@attrs.frozen(kw_only=True)
+class EndpointEjected(BalancerEvent):
+    """An endpoint that took traffic left rotation because of its health.
+
+    Emitted when a CLOSED circuit opens, blocks (PERMANENT) or retires (hard cap), and by
+    active health checks when they mark an endpoint unhealthy (``cause`` None).
+
+    Attributes:
+        endpoint_id: the endpoint.
+        cause: the circuit's cause, or None when active health checks took it out.
+        state: the circuit's state after the move (OPEN, BLOCKED or RETIRED), or None.
+        until: when it may be probed again, if that is known.
+    """
+
+    endpoint_id: str
+    cause: Cause | None
+    state: CircuitState | None = None
+    until: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class EndpointReadmitted(BalancerEvent):
+    """An ejected endpoint is back in rotation.
+
+    Emitted when its circuit closes again (a successful probe, an operator's reset), and
+    by active health checks when they mark it healthy again (``cause`` None).
+
+    Attributes:
+        endpoint_id: the endpoint.
+        cause: the circuit's cause (PROBE_SUCCEEDED, RESET), or None for active health.
+    """
+
+    endpoint_id: str
+    cause: Cause | None
+
+
+@attrs.frozen(kw_only=True)
+class DiscoveryApplied(BalancerEvent):
+    """A discovery update was applied.
+
+    Attributes:
+        revision: the update's revision.
+        added: ids that joined.
+        removed: ids that left.
+        updated: ids whose attributes changed (their health state was kept).
+        size: how many endpoints the pool holds now.
+    """
+
+    revision: int
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    size: int
+
+
+@attrs.frozen(kw_only=True)
+class DiscoveryRejected(BalancerEvent):
+    """A discovery update was rejected whole; the live pool is as it was.
+
+    Attributes:
+        revision: the rejected update's revision (None if it carried none).
+        error: the typed reason (:class:`StaleRevision`, :class:`DuplicateIdentity`...).
+    """
+
+    revision: int | None
+    error: DiscoveryError
+
+
+@attrs.frozen(kw_only=True)
+class PanicStarted(BalancerEvent):
+    """Panic routing began in a scope whose healthy share fell under the threshold.
+
+    Attributes:
+        tier: the tier (scope) in panic, or None for the whole pool.
+        healthy_share: the healthy share that triggered it, in [0, 1].
+    """
+
+    tier: int | None
+    healthy_share: float
+
+
+@attrs.frozen(kw_only=True)
+class PanicEnded(BalancerEvent):
+    """Panic routing ended: the scope's healthy share is back over the threshold.
+
+    Attributes:
+        tier: the tier (scope), or None for the whole pool.
+        healthy_share: the healthy share now, in [0, 1].
+    """
+
+    tier: int | None
+    healthy_share: float
+
+
+@attrs.frozen(kw_only=True)
+class NoEligiblePersisting(BalancerEvent):
+    """Selections have been failing for longer than ``no_eligible_alert_after``.
+
+    Not emitted for one empty result (at start-up, say): only when the condition lasts,
+    with no call succeeding meanwhile. Followed by :class:`NoEligibleCleared`.
+
+    Attributes:
+        since: when the first failed selection of this episode happened.
+        error: the last :class:`SelectionError` a caller got.
+        reasons: how many endpoints were ineligible for each reason, when ``error`` says.
+        total: how many endpoints the pool holds.
+    """
+
+    since: float
+    error: SelectionError
+    reasons: Mapping[IneligibleReason, int] = attrs.field(factory=dict, converter=_frozen_reasons, eq=False, hash=False)
+    total: int
+
+
+@attrs.frozen(kw_only=True)
+class NoEligibleCleared(BalancerEvent):
+    """The episode a :class:`NoEligiblePersisting` reported is over: calls go through again.
+
+    Attributes:
+        since: when the episode began.
+    """
+
+    since: float
+
+
+@attrs.frozen(kw_only=True)
+class CoordinationFallback(BalancerEvent):
+    """The fleet coordinator could not be reached: this instance uses its local circuit.
+
+    No call fails because of it; this says the fleet is not sharing state meanwhile.
+
+    Attributes:
+        endpoint_id: the endpoint whose shared circuit was unreachable, or None.
+        error: what the storage raised.
+    """
+
+    endpoint_id: str | None
+    error: BaseException = attrs.field(eq=False, hash=False)

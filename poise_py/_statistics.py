@@ -1,0 +1,87 @@
+"""Frozen counters from ``LoadBalancer.statistics()``.
+
+Cardinality is bounded: one :class:`EndpointCounters` per live endpoint, and pool-wide
+totals keyed by enums only. When an endpoint leaves, its counters are folded into the
+pool totals once its last permit ends, so the totals never go backwards. Every count
+saturates at ``2**64 - 1`` instead of wrapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from ._decision import DecisionMode
+from ._faults import Fault
+from ._snapshot import EndpointCounters
+
+
+@attrs.frozen(kw_only=True)
+class PoolCounters:
+    """Pool-wide totals since the balancer was built, departed endpoints included.
+
+    Attributes:
+        issued: permits issued.
+        selections: permits issued in each decision mode.
+        successes: calls reported successful.
+        faults: calls that ended with each fault tier.
+        cancellations: permits that ended without an outcome.
+        stale: results dropped because their epoch had passed (or the endpoint left).
+        probes: half-open probe permits issued.
+        ejections: circuit openings with escalation.
+        suppressed_ejections: trips held back by ``max_ejection_percent``.
+        failed_selections: ``acquire`` calls that raised a :class:`SelectionError`.
+        no_eligible_alerts: :class:`NoEligiblePersisting` events emitted.
+        discovery_applied: discovery updates applied.
+        discovery_rejected: discovery updates rejected (stale, duplicate, incoherent).
+        coordination_fallbacks: times an instance fell back to its local circuit.
+        panics: :class:`PanicStarted` events emitted.
+        retries_denied: retries ``lb.call`` skipped because the retry budget was spent.
+        readiness_failures: endpoint readiness checks that failed (and quarantined it).
+        events_dropped: events a slow ``lb.events()`` subscriber lost (drop-oldest).
+        log_lines_suppressed: log lines held back by the per-endpoint rate limit.
+    """
+
+    issued: int
+    selections: Mapping[DecisionMode, int]
+    successes: int
+    faults: Mapping[Fault, int]
+    cancellations: int
+    stale: int
+    probes: int
+    ejections: int
+    suppressed_ejections: int
+    failed_selections: int
+    no_eligible_alerts: int
+    discovery_applied: int
+    discovery_rejected: int
+    coordination_fallbacks: int
+    panics: int
+    retries_denied: int
+    readiness_failures: int
+    events_dropped: int
+    log_lines_suppressed: int
+
+
+@attrs.frozen(kw_only=True)
+class BalancerStatistics:
+    """Counters for the pool and for each live endpoint, from ``lb.statistics()``.
+
+    Attributes:
+        pool: pool-wide totals.
+        endpoints: counters of each live endpoint, by id.
+        size: how many endpoints the pool holds.
+        available: how many could take a permit now.
+        ejected: circuits OPEN or HALF_OPEN now.
+        inflight: permits issued and not yet ended, pool-wide.
+        taken_at: the balancer clock's reading.
+    """
+
+    pool: PoolCounters
+    endpoints: Mapping[str, EndpointCounters]
+    size: int
+    available: int
+    ejected: int
+    inflight: int
+    taken_at: float

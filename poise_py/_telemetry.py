@@ -1,0 +1,581 @@
+"""Telemetry: saturating counters, typed events, rate-limited logs, the no-eligible alert.
+
+Theory of operation
+-------------------
+Nothing here runs on the hot path. The per-endpoint counters already live on each
+``EndpointState`` (the pool bumps them as it records outcomes); this module only reads
+them when asked (:meth:`Telemetry.statistics`), and folds an endpoint's counters into the
+pool totals once it has left and its last permit has ended, so totals never go
+backwards and the number of series stays bounded by the live pool.
+
+Events come from cold paths only: a circuit move (the pool's ``on_transition`` hook), a
+discovery update, a failed selection, and whatever routing, health and coordination code
+hands to :meth:`Telemetry.emit`. ``emit`` counts the event, logs it through a per-key
+rate limit, appends it to every subscriber's bounded buffer (dropping the oldest, never
+blocking) and calls the observers synchronously.
+
+The "no eligible endpoints" alert is an episode: the first failed selection opens it;
+it is reported (:class:`NoEligiblePersisting`) only once ``alert_after`` has passed with
+selections still failing and no call succeeding; it closes (:class:`NoEligibleCleared`
+if it was reported) when a call succeeds, or when endpoints are available and nobody
+has been refused since the last look. One empty result at start-up opens an episode
+that closes silently as soon as discovery delivers.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import deque
+from collections.abc import Callable
+from types import MappingProxyType, TracebackType
+
+import anyio
+
+from ._core._circuit import CircuitState, Transition
+from ._core._health import HealthStatus
+from ._core._pool import Pool
+from ._core._state import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
+from ._decision import DecisionMode
+from ._errors import ConfigError, IneligibleReason, NoEligibleEndpoints, SelectionError
+from ._events import (
+    BalancerEvent,
+    CircuitClosed,
+    CircuitHalfOpened,
+    CircuitOpened,
+    CoordinationFallback,
+    DiscoveryApplied,
+    DiscoveryRejected,
+    EndpointEjected,
+    EndpointReadmitted,
+    NoEligibleCleared,
+    NoEligiblePersisting,
+    PanicEnded,
+    PanicStarted,
+)
+from ._logs import LimitedLog, LogLimit
+from ._snapshot import endpoint_counters
+from ._statistics import BalancerStatistics, PoolCounters
+
+Observer = Callable[[BalancerEvent], object]
+"""An event callback: called synchronously, must not block; its return value is ignored."""
+
+DEFAULT_EVENT_BUFFER = 256
+
+_C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
+
+# Which level each non-circuit event is logged at (circuit moves are logged as moves).
+_EVENT_LEVEL: dict[type[BalancerEvent], int] = {
+    DiscoveryApplied: logging.DEBUG,
+    DiscoveryRejected: logging.WARNING,
+    PanicStarted: logging.WARNING,
+    PanicEnded: logging.INFO,
+    NoEligiblePersisting: logging.ERROR,
+    NoEligibleCleared: logging.INFO,
+    CoordinationFallback: logging.WARNING,
+}
+# EndpointEjected / EndpointReadmitted are logged where they arise: as circuit moves, or
+# by the active health runner (one line per classification change).
+
+
+class _Totals:
+    """Counters folded in from endpoints that have left."""
+
+    __slots__ = ("cancellations", "ejections", "faults", "modes", "probes", "stale", "successes")
+
+    def __init__(self) -> None:
+        self.successes = 0
+        self.faults = [0] * len(FAULT_INDEX)
+        self.cancellations = 0
+        self.probes = 0
+        self.stale = 0
+        self.ejections = 0
+        self.modes = [0] * len(MODE_INDEX)
+
+    def add(self, state: EndpointState) -> None:
+        self.successes += state.successes
+        for i, n in enumerate(state.faults):
+            self.faults[i] += n
+        self.cancellations += state.cancellations
+        self.probes += state.probes
+        self.stale += state.stale
+        self.ejections += state.circuit.ejections
+        for i, n in enumerate(state.mode_selections):
+            self.modes[i] += n
+
+    def copy(self) -> _Totals:
+        other = _Totals()
+        other.successes = self.successes
+        other.faults = list(self.faults)
+        other.cancellations = self.cancellations
+        other.probes = self.probes
+        other.stale = self.stale
+        other.ejections = self.ejections
+        other.modes = list(self.modes)
+        return other
+
+
+class EventStream:
+    """One subscriber's view of the balancer's events, from ``lb.events()``.
+
+    An async iterator with a bounded buffer: when the subscriber falls behind, the oldest
+    buffered event is dropped and counted in :attr:`dropped`, so a slow reader never
+    blocks the balancer. The stream ends (after its buffer drains) when the balancer
+    leaves its ``async with`` block, or when closed with :meth:`aclose` (or by using it as
+    ``async with lb.events() as stream:``). A stream nobody references any more stops
+    receiving events on its own.
+    """
+
+    def __init__(self, telemetry: Telemetry, maxlen: int) -> None:
+        self._telemetry = telemetry
+        self._buffer: deque[BalancerEvent] = deque(maxlen=maxlen)
+        self._maxlen = maxlen
+        self._wakeup: anyio.Event | None = None
+        self._closed = False
+        self.dropped: int = 0
+        """Events dropped because the buffer was full (the oldest go first)."""
+
+    def _push(self, event: BalancerEvent) -> None:
+        buffer = self._buffer
+        if len(buffer) == self._maxlen:
+            self.dropped += 1
+            self._telemetry.events_dropped += 1
+        buffer.append(event)
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
+
+    def _end(self) -> None:
+        self._closed = True
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
+
+    @property
+    def closed(self) -> bool:
+        """True once the stream will deliver nothing beyond what it has buffered."""
+        return self._closed
+
+    def pending(self) -> int:
+        """How many events are buffered, not yet read."""
+        return len(self._buffer)
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> BalancerEvent:
+        await anyio.lowlevel.checkpoint()
+        buffer = self._buffer
+        while not buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            wakeup = self._wakeup = anyio.Event()
+            await wakeup.wait()
+        return buffer.popleft()
+
+    async def aclose(self) -> None:
+        """Unsubscribe; iteration ends once the buffer is drained."""
+        self._telemetry.unsubscribe(self)
+        self._end()
+
+    async def __aenter__(self) -> EventStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Telemetry:
+    """Counters, events, logs and the no-eligible alert for one balancer.
+
+    Args:
+        pool: the pool it observes (it hooks ``on_leave``).
+        alert_after: seconds selections must keep failing before
+            :class:`NoEligiblePersisting`; None disables the alert.
+        log_limit: the per-key log rate limit.
+    """
+
+    def __init__(self, pool: Pool, *, alert_after: float | None, log_limit: LogLimit) -> None:
+        self._pool = pool
+        pool.on_leave = self._left
+        self.log: LimitedLog = LimitedLog(log_limit)
+        self.alert_after: float | None = alert_after
+        self._observers: list[Observer] = []
+        self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
+        self._counts: dict[type[BalancerEvent], int] = {}
+        self._departed = _Totals()
+        self._lingering: list[EndpointState] = []
+        self._prune_at = 16
+        self.failed_selections: int = 0
+        self.events_dropped: int = 0
+        self._dispatching = False
+        self._pending: deque[BalancerEvent] = deque()
+        # The no-eligible episode.
+        self._since: float | None = None
+        self._alerted = False
+        self._last_failure = 0.0
+        self._last_error: SelectionError | None = None
+        self._successes_at_start = 0
+        self._failures_seen = 0
+        self._wakeup: anyio.Event | None = None
+
+    # -- events ------------------------------------------------------------------------
+
+    def emit(self, event: BalancerEvent) -> None:
+        """Count, log and deliver one event. Never blocks; never raises from a subscriber.
+
+        This is the one entry point for every event, whichever part of the balancer
+        produces it (routing's panic, health checks, coordination fallbacks...).
+        """
+        cls = type(event)
+        self._counts[cls] = self._counts.get(cls, 0) + 1
+        level = _EVENT_LEVEL.get(cls)
+        if level is not None and self.log.logger.isEnabledFor(level):
+            self._log_event(level, event)
+        for stream in list(self._streams):
+            stream._push(event)
+        if self._observers:
+            if self._dispatching:  # an observer's action emitted: deliver after it returns
+                self._pending.append(event)
+                return
+            self._dispatching = True
+            try:
+                self._deliver(event)
+                pending = self._pending
+                while pending:
+                    self._deliver(pending.popleft())
+            finally:
+                self._dispatching = False
+
+    def _deliver(self, event: BalancerEvent) -> None:
+        for observer in tuple(self._observers):
+            try:
+                observer(event)
+            except Exception as exc:
+                self.log.log(
+                    logging.ERROR,
+                    ("observer", id(observer)),
+                    event.at,
+                    "poise_py: event observer %r raised on %s",
+                    observer,
+                    type(event).__name__,
+                    exc_info=exc,
+                )
+
+    def count(self, cls: type[BalancerEvent]) -> int:
+        """How many events of exactly type ``cls`` were emitted."""
+        return self._counts.get(cls, 0)
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer(event)`` for every event from now on."""
+        if not callable(observer):
+            raise ConfigError("observer", f"must be callable, got {observer!r}")
+        self._observers.append(observer)
+
+    def remove_observer(self, observer: Observer) -> None:
+        """Stop calling ``observer`` (ValueError if it was not added)."""
+        self._observers.remove(observer)
+
+    def subscribe(self, buffer: int = DEFAULT_EVENT_BUFFER) -> EventStream:
+        """A new :class:`EventStream` receiving every event from now on."""
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+            raise ConfigError("buffer", f"must be an int >= 1, got {buffer!r}")
+        stream = EventStream(self, buffer)
+        self._streams.add(stream)
+        return stream
+
+    def unsubscribe(self, stream: EventStream) -> None:
+        """Stop feeding ``stream``."""
+        self._streams.discard(stream)
+
+    def close(self) -> None:
+        """End every stream (the balancer stopped); they drain what they hold, then stop."""
+        for stream in list(self._streams):
+            stream._end()
+        self._streams.clear()
+
+    def _log_event(self, level: int, event: BalancerEvent) -> None:
+        log = self.log.log
+        match event:
+            case DiscoveryApplied():
+                log(
+                    level,
+                    "discovery",
+                    event.at,
+                    "poise_py: discovery revision %d applied: +%d -%d ~%d, %d endpoints",
+                    event.revision,
+                    len(event.added),
+                    len(event.removed),
+                    len(event.updated),
+                    event.size,
+                )
+            case DiscoveryRejected():
+                log(
+                    level,
+                    "discovery-rejected",
+                    event.at,
+                    "poise_py: discovery revision %s rejected: %s",
+                    event.revision,
+                    event.error,
+                )
+            case PanicStarted() | PanicEnded():
+                log(
+                    level,
+                    ("panic", event.tier),
+                    event.at,
+                    "poise_py: panic routing %s (tier %s, healthy share %.2f)",
+                    "started" if isinstance(event, PanicStarted) else "ended",
+                    event.tier,
+                    event.healthy_share,
+                )
+            case NoEligiblePersisting():
+                log(
+                    level,
+                    "no-eligible",
+                    event.at,
+                    "poise_py: no eligible endpoints for %.3g s: %s",
+                    event.at - event.since,
+                    event.error,
+                )
+            case NoEligibleCleared():
+                log(
+                    level,
+                    "no-eligible",
+                    event.at,
+                    "poise_py: endpoints eligible again after %.3g s",
+                    event.at - event.since,
+                )
+            case CoordinationFallback():
+                log(
+                    level,
+                    (event.endpoint_id, "coordination"),
+                    event.at,
+                    "poise_py: coordination unreachable for %r, using the local circuit: %s",
+                    event.endpoint_id,
+                    event.error,
+                )
+            case _:
+                pass
+
+    def on_transition(self, state: EndpointState, transition: Transition) -> None:
+        """The pool's ``on_transition`` hook: log the move, emit the circuit events."""
+        endpoint_id = state.endpoint.id
+        source, target, cause, at = transition.source, transition.target, transition.cause, transition.at
+        if target is _O or (source is _C and target is not _C):
+            level = logging.WARNING if source is _C else logging.INFO
+        elif target is _H:
+            level = logging.DEBUG
+        else:
+            level = logging.INFO
+        self.log.log(
+            level,
+            (endpoint_id, "circuit"),
+            at,
+            "poise_py: endpoint %r circuit %s -> %s (%s), epoch %d",
+            endpoint_id,
+            source.value,
+            target.value,
+            cause.value,
+            transition.epoch,
+        )
+        if target is _O:
+            self.emit(
+                CircuitOpened(
+                    at=at,
+                    endpoint_id=endpoint_id,
+                    epoch=transition.epoch,
+                    cause=cause,
+                    previous=source,
+                    reopen_at=transition.reopen_at,
+                )
+            )
+        elif target is _H:
+            self.emit(CircuitHalfOpened(at=at, endpoint_id=endpoint_id, epoch=transition.epoch))
+        elif target is _C:
+            if source is not _C:
+                self.emit(
+                    CircuitClosed(at=at, endpoint_id=endpoint_id, epoch=transition.epoch, cause=cause, previous=source)
+                )
+                self.emit(EndpointReadmitted(at=at, endpoint_id=endpoint_id, cause=cause))
+            return
+        if source is _C:
+            self.emit(
+                EndpointEjected(at=at, endpoint_id=endpoint_id, cause=cause, state=target, until=transition.reopen_at)
+            )
+
+    def health_changed(
+        self, state: EndpointState, before: HealthStatus | None, status: HealthStatus, now: float
+    ) -> None:
+        """Active health's hook: an UNHEALTHY verdict ejects, leaving UNHEALTHY readmits."""
+        if status is HealthStatus.UNHEALTHY and before is not HealthStatus.UNHEALTHY:
+            self.emit(EndpointEjected(at=now, endpoint_id=state.endpoint.id, cause=None))
+        elif before is HealthStatus.UNHEALTHY and status is not HealthStatus.UNHEALTHY:
+            self.emit(EndpointReadmitted(at=now, endpoint_id=state.endpoint.id, cause=None))
+
+    # -- the no-eligible alert ---------------------------------------------------------
+
+    def selection_failed(self, error: SelectionError, now: float) -> None:
+        """``acquire`` raised ``error``: count it and advance the no-eligible episode."""
+        self.failed_selections += 1
+        self._last_error = error
+        after = self.alert_after
+        if after is None:
+            return
+        if isinstance(error, NoEligibleEndpoints) and error.reasons.get(IneligibleReason.EXCLUDED):
+            return  # the caller excluded endpoints that were eligible: not a pool outage
+        since = self._since
+        if since is None or (not self._alerted and now - self._last_failure > after):
+            self._start(now)
+        elif not self._alerted and now - since >= after:
+            self.evaluate(now, failing=True)
+        self._last_failure = now
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
+
+    def _start(self, now: float) -> None:
+        self._since = now
+        self._alerted = False
+        self._successes_at_start = self._successes_total()
+        self._failures_seen = self.failed_selections
+
+    def evaluate(self, now: float, *, failing: bool = False) -> None:
+        """Decide whether the open episode is over, or has lasted long enough to report."""
+        since = self._since
+        after = self.alert_after
+        if since is None or after is None:
+            return
+        recovered = self._successes_total() > self._successes_at_start or (
+            not failing and self._pool.available_count > 0 and self.failed_selections == self._failures_seen
+        )
+        self._failures_seen = self.failed_selections
+        if recovered:
+            if self._alerted:
+                self.emit(NoEligibleCleared(at=now, since=since))
+            self._since = None
+            self._alerted = False
+            return
+        if not self._alerted and now - since >= after:
+            self._alerted = True
+            error = self._last_error
+            assert error is not None  # noqa: S101 - an episode starts with a failure
+            reasons = error.reasons if isinstance(error, NoEligibleEndpoints) else {}
+            self.emit(
+                NoEligiblePersisting(at=now, since=since, error=error, reasons=reasons, total=len(self._pool.members))
+            )
+
+    @property
+    def episode_open(self) -> bool:
+        """True while selections have been failing and the episode has not closed."""
+        return self._since is not None
+
+    async def watch(self, clock: Callable[[], float]) -> None:
+        """Look at an open episode every ``alert_after / 4`` seconds (the balancer's task group)."""
+        after = self.alert_after
+        if after is None:
+            return
+        poll = after / 4
+        while True:
+            if self._since is None:
+                wakeup = self._wakeup = anyio.Event()
+                await wakeup.wait()
+                continue
+            await anyio.sleep(poll)
+            self.evaluate(clock())
+
+    # -- counters ----------------------------------------------------------------------
+
+    def _left(self, state: EndpointState) -> None:
+        """The pool's ``on_leave`` hook: fold the counters once the last permit ends."""
+        lingering = self._lingering
+        lingering.append(state)
+        if len(lingering) >= self._prune_at:
+            self._prune()
+            self._prune_at = max(16, 2 * len(lingering))
+
+    def _prune(self) -> None:
+        keep: list[EndpointState] = []
+        for state in self._lingering:
+            if state.inflight == 0:
+                self._departed.add(state)
+            else:
+                keep.append(state)
+        self._lingering = keep
+
+    def _successes_total(self) -> int:
+        total = self._departed.successes
+        for state in self._pool.members.values():
+            total += state.successes
+        for state in self._lingering:
+            total += state.successes
+        return total
+
+    def statistics(
+        self, now: float, *, retries_denied: int, readiness_failures: int = 0, settle: bool = True
+    ) -> BalancerStatistics:
+        """Freeze every counter, pool-wide and per live endpoint.
+
+        With ``settle`` False nothing is changed (no alert evaluated, nothing folded), so
+        a metrics reader may call it from its own thread; it copies what it iterates.
+        """
+        if settle:
+            self.evaluate(now)
+            self._prune()
+        pool = self._pool
+        totals = self._departed.copy()
+        inflight = 0
+        endpoints = {}
+        for state in list(pool.members.values()):
+            totals.add(state)
+            inflight += state.inflight
+            endpoints[state.endpoint.id] = endpoint_counters(state)
+        for state in list(self._lingering):
+            totals.add(state)
+            inflight += state.inflight
+        issued = totals.successes + sum(totals.faults) + totals.cancellations + inflight
+        rerouted = sum(totals.modes)
+        modes = {m: _sat(totals.modes[i]) for m, i in MODE_INDEX.items()}
+        modes[DecisionMode.HEALTHY] = _sat(max(0, issued - rerouted))
+        counts = self._counts
+        pool_counters = PoolCounters(
+            issued=_sat(issued),
+            selections=MappingProxyType(modes),
+            successes=_sat(totals.successes),
+            faults=MappingProxyType({f: _sat(totals.faults[i]) for f, i in FAULT_INDEX.items()}),
+            cancellations=_sat(totals.cancellations),
+            stale=_sat(totals.stale),
+            probes=_sat(totals.probes),
+            ejections=_sat(totals.ejections),
+            suppressed_ejections=_sat(pool.suppressed_ejections),
+            failed_selections=_sat(self.failed_selections),
+            no_eligible_alerts=_sat(counts.get(NoEligiblePersisting, 0)),
+            discovery_applied=_sat(counts.get(DiscoveryApplied, 0)),
+            discovery_rejected=_sat(counts.get(DiscoveryRejected, 0)),
+            coordination_fallbacks=_sat(counts.get(CoordinationFallback, 0)),
+            panics=_sat(counts.get(PanicStarted, 0)),
+            retries_denied=_sat(retries_denied),
+            readiness_failures=_sat(readiness_failures),
+            events_dropped=_sat(self.events_dropped),
+            log_lines_suppressed=_sat(self.log.limiter.suppressed),
+        )
+        return BalancerStatistics(
+            pool=pool_counters,
+            endpoints=MappingProxyType(endpoints),
+            size=len(pool.members),
+            available=pool.available_count,
+            ejected=pool.ejected_count,
+            inflight=_sat(inflight),
+            taken_at=now,
+        )
+
+
+def _sat(value: int) -> int:
+    return value if value < SATURATED else SATURATED

@@ -1,0 +1,3 @@
+"""The package version, in one place."""
+
+VERSION = "0.1.0"

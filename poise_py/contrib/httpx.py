@@ -1,0 +1,234 @@
+"""An httpx transport that balances requests over a pool (extra ``poise_py[httpx]``).
+
+::
+
+    from poise_py.contrib.httpx import PoiseTransport
+
+    async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url="http://api") as client:
+        response = await client.get("/v1/things")
+
+Each request takes a permit, goes to the chosen endpoint (the URL's scheme, host and port
+are rewritten to the endpoint's ``address``; the path, query and ``Host`` header are
+kept), and reports its outcome:
+
+- the response status through :func:`poise_py.classify.http_status` (5xx a strike, 429
+  TRANSIENT with its ``Retry-After``, 401/403 PERMANENT, other 4xx CALLER);
+- an exception through the classifier (default :func:`poise_py.classify.http`: connect
+  and pool timeouts TRANSIENT, resets and read timeouts SUSPECT);
+- cancellation as cancellation, never a fault.
+
+A successful response keeps its permit until its body has been read or closed, so a
+connection reset mid-body counts against the endpoint and the in-flight count stays
+true while a body streams. It runs wherever httpx runs: Trio and asyncio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection
+from typing import Any
+
+import anyio
+import httpx
+
+from .. import classify as _classify
+from .._balancer import LoadBalancer
+from .._classify import Classifier
+from .._endpoint import Endpoint
+from .._errors import ConfigError
+from .._faults import Classification, Fault
+from .._permit import Permit
+
+__all__ = ["IDEMPOTENT_METHODS", "PoiseTransport", "endpoint_url"]
+
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+"""Methods that may be sent again to another endpoint when ``attempts > 1``."""
+
+_RETRYABLE = frozenset({Fault.TRANSIENT, Fault.SUSPECT, Fault.FATAL, Fault.PERMANENT})
+
+
+def endpoint_url(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
+    """``url`` pointed at ``endpoint.address``.
+
+    The address may be a ``(host, port)`` pair, a ``"host:port"`` or ``"host"`` string, or
+    a URL (``"https://10.0.0.7:8443"``, whose scheme is used too).
+
+    Raises:
+        ConfigError: the endpoint has no usable address.
+    """
+    address = endpoint.address
+    if isinstance(address, httpx.URL) or (isinstance(address, str) and "://" in address):
+        base = httpx.URL(address)
+        return url.copy_with(scheme=base.scheme, host=base.host, port=base.port)
+    if isinstance(address, tuple) and len(address) == 2:
+        host, port = address
+        if isinstance(host, str) and isinstance(port, int):
+            return url.copy_with(host=host, port=port)
+    if isinstance(address, str) and address:
+        host, sep, port_text = address.rpartition(":")
+        if sep and port_text.isdigit() and (not host.count(":") or host.startswith("[")):
+            return url.copy_with(host=host.strip("[]"), port=int(port_text))
+        return url.copy_with(host=address.strip("[]"))
+    raise ConfigError(
+        "Endpoint.address",
+        f"endpoint {endpoint.id!r} needs a (host, port), 'host:port' or URL address, got {address!r}",
+    )
+
+
+class PoiseTransport(httpx.AsyncBaseTransport):
+    """Balance an ``httpx.AsyncClient``'s requests over ``lb``'s endpoints.
+
+    Args:
+        lb: a running balancer (``acquire`` raises outside ``async with lb``).
+        transport: what sends each request once it is pointed at an endpoint (default a
+            new ``httpx.AsyncHTTPTransport()``); closed with this transport.
+        classifier: exception -> fault for transport errors (default
+            :func:`poise_py.classify.http`).
+        gateway: the fault for 502/503/504 responses (SUSPECT, or TRANSIENT behind a proxy
+            that reports its own overload this way).
+        attempts: tries per request; past the first, an idempotent request with a
+            replayable body goes to an endpoint not yet tried after a TRANSIENT, SUSPECT,
+            FATAL or PERMANENT outcome, within the balancer's retry budget. The last
+            response (or error) is what the caller gets.
+        key: request -> hashing key for hashing policies (None: no key).
+    """
+
+    def __init__(
+        self,
+        lb: LoadBalancer,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        classifier: Classifier | None = None,
+        gateway: Fault = Fault.SUSPECT,
+        attempts: int = 1,
+        key: Any = None,
+    ) -> None:
+        if not isinstance(lb, LoadBalancer):
+            raise ConfigError("lb", f"must be a LoadBalancer, got {lb!r}")
+        if not isinstance(gateway, Fault):
+            raise ConfigError("gateway", f"must be a Fault, got {gateway!r}")
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigError("attempts", f"must be an int >= 1, got {attempts!r}")
+        if key is not None and not callable(key):
+            raise ConfigError("key", f"must be a callable request -> key, got {key!r}")
+        self._lb = lb
+        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._classifier = classifier if classifier is not None else _classify.http(gateway=gateway)
+        self._gateway = gateway
+        self._attempts = attempts
+        self._key = key
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` to an endpoint chosen by the balancer and report the outcome."""
+        attempts = self._attempts
+        if attempts > 1 and not (request.method in IDEMPOTENT_METHODS and isinstance(request.stream, httpx.ByteStream)):
+            attempts = 1
+        lb = self._lb
+        budget = lb._budget
+        key = self._key(request) if self._key is not None else None
+        tried: list[str] = []
+        budget.deposit(lb._clock())
+        for n in range(attempts):
+            last = n == attempts - 1
+            permit = lb.acquire(key=key, exclude=tried) if tried else lb.acquire(key=key)
+            tried.append(permit.endpoint.id)
+            try:
+                response = await self._send(permit, request)
+            except Exception as exc:
+                fault = self._fail(permit, exc)
+                if last or fault not in _RETRYABLE or not self._may_retry(tried):
+                    raise
+                continue
+            except BaseException:
+                permit.cancel()
+                raise
+            verdict = _classify.http_status(response.status_code, response.headers, gateway=self._gateway)
+            if verdict is None:
+                return httpx.Response(
+                    status_code=response.status_code,
+                    headers=response.headers,
+                    stream=_PermitStream(response.stream, permit, self),
+                    extensions=response.extensions,
+                )
+            fault, retry_after = _split(verdict)
+            permit.fail(fault, retry_after=retry_after)
+            if last or fault not in _RETRYABLE or not self._may_retry(tried):
+                return response
+            await response.aclose()
+        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+    def _may_retry(self, tried: Collection[str]) -> bool:
+        lb = self._lb
+        if len(tried) >= len(lb._pool.members):
+            return False
+        if not lb._budget.try_withdraw(lb._clock()):
+            lb._retries_denied += 1
+            return False
+        return True
+
+    async def _send(self, permit: Permit, request: httpx.Request) -> httpx.Response:
+        original = request.url
+        request.url = endpoint_url(original, permit.endpoint)
+        if original.scheme == "https" and "sni_hostname" not in request.extensions:
+            # TLS still checks the certificate against the name the caller asked for.
+            request.extensions = {**request.extensions, "sni_hostname": original.host}
+        try:
+            return await self._transport.handle_async_request(request)
+        finally:
+            request.url = original
+
+    def _fail(self, permit: Permit, exc: Exception) -> Fault:
+        """Report a transport error; returns the fault recorded."""
+        if isinstance(exc, ConfigError):
+            permit.cancel()  # our own misconfiguration says nothing about the endpoint
+            return Fault.CALLER
+        try:
+            verdict = self._classifier(exc)
+        except Exception:  # noqa: BLE001 - a broken classifier must not lose the outcome
+            verdict = Fault.SUSPECT
+        fault, retry_after = _split(verdict)
+        permit.fail(fault, retry_after=retry_after)
+        return fault
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self._transport.aclose()
+
+
+def _split(verdict: Fault | Classification) -> tuple[Fault, float | None]:
+    if isinstance(verdict, Classification):
+        return verdict.fault, verdict.retry_after
+    return verdict, None
+
+
+class _PermitStream(httpx.AsyncByteStream):
+    """A response body that holds its permit until the body is read or closed."""
+
+    def __init__(
+        self, stream: httpx.SyncByteStream | httpx.AsyncByteStream, permit: Permit, owner: PoiseTransport
+    ) -> None:
+        if not isinstance(stream, httpx.AsyncByteStream):
+            raise TypeError(f"an async transport returned a sync body: {stream!r}")
+        self._stream = stream
+        self._permit = permit
+        self._owner = owner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        cancelled = anyio.get_cancelled_exc_class()
+        try:
+            async for chunk in self._stream:
+                yield chunk
+        except cancelled:
+            if not self._permit.done:
+                self._permit.cancel()
+            raise
+        except Exception as exc:
+            if not self._permit.done:
+                self._owner._fail(self._permit, exc)
+            raise
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            if not self._permit.done:
+                self._permit.succeed()
