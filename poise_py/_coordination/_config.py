@@ -98,7 +98,7 @@ class Coordination:
     is unreachable or slower than ``timeout``, each balancer falls back to its local
     circuits (a log line, a counter, ``on_change``) and resynchronises when it answers.
 
-    Args:
+    Attributes:
         storage: a :class:`Storage`; default a fresh :class:`InMemoryStorage`, which
             balancers sharing this ``Coordination`` object share.
         sync_interval: seconds between polls of the shared state (and between attempts
