@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import logging
 import sys
 import tempfile
 from collections.abc import Callable
@@ -253,6 +254,7 @@ if __name__ == "__main__":
     parser.add_argument("--iterations", type=int, default=100_000)
     parser.add_argument("--skip-rates", action="store_true", help="skip the simulated hour (about a minute)")
     args = parser.parse_args()
+    logging.getLogger("poise_py").setLevel(logging.CRITICAL)  # the dead dependency is the point: no alerts
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(Path(tmp))
         server.start()
