@@ -126,3 +126,14 @@ def test_cli_simulate_table_and_list(small: Path, capsys: pytest.CaptureFixture[
     assert main(["simulate", "--list"]) == 0
     assert "seed-000-grpc-pool" in capsys.readouterr().out
     assert main(["simulate", "nope"]) == 2
+
+
+def test_seed_002_coordinated_backoff_probes_a_dead_dependency_far_less() -> None:
+    report = sim.run(sim.load_scenario("seed-002-fleet"))
+    by_name = {r.configuration: r for r in report.results}
+    local = by_name["poise_py default"]
+    coordinated = by_name["poise_py coordinated"]
+    constant = by_name["constant-window breaker"]
+    assert coordinated.probes_to_dead * 10 < local.probes_to_dead
+    assert local.probes_to_dead * 5 < constant.probes_to_dead
+    assert all(r.spurious_ejections == 0 for r in report.results)

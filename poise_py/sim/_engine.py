@@ -9,8 +9,10 @@ whatever the configuration does, so configurations are compared on identical tra
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import heapq
+import logging
 import math
 import random
 from collections.abc import AsyncIterable, Callable, Sequence
@@ -19,6 +21,8 @@ import anyio
 import attrs
 
 from .._balancer import LoadBalancer
+from .._coordination._config import Coordination
+from .._coordination._memory import InMemoryStorage
 from .._core._budget import Budget, RetryBudget
 from .._core._circuit import CircuitState, Transition
 from .._core._policies import Policy
@@ -27,7 +31,7 @@ from .._core._pool import Pool
 from .._core._state import EndpointState
 from .._discovery import Delta, Snapshot, StaticDiscovery, Update
 from .._endpoint import Endpoint
-from .._errors import NoEligibleEndpoints, SelectionError
+from .._errors import ConfigError, NoEligibleEndpoints, SelectionError
 from .._faults import Fault
 from .._permit import Permit
 from .._publisher import DiscoveryPublisher
@@ -58,6 +62,8 @@ class Configuration:
     reporting: Reporting = Reporting.HEALTH
     retry_budget: RetryBudget = attrs.field(factory=RetryBudget)
     balancer_options: dict[str, object] = attrs.field(factory=dict)
+    coordination: bool = False
+    """Share circuits across the fleet's instances (an in-memory storage on virtual time)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -90,6 +96,26 @@ class DiscoverySpec:
 
     delay: float = 1.0
     publisher_dies_at: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Fleet:
+    """Several client instances, each with its own balancer, splitting the traffic.
+
+    Attributes:
+        instances: how many balancers; each request goes to one, drawn from the seeded
+            traffic stream.
+    """
+
+    instances: int = 1
+    sync_interval: float = 1.0
+    """Seconds between each coordinated instance's polls of the shared state."""
+
+    def __attrs_post_init__(self) -> None:
+        if not 1 <= self.instances <= 10_000:
+            raise ConfigError("fleet.instances", f"must be in [1, 10000], got {self.instances}")
+        if not 0 < self.sync_interval < math.inf:
+            raise ConfigError("fleet.sync_interval", f"must be a positive number, got {self.sync_interval}")
 
 
 @attrs.frozen(kw_only=True)
@@ -143,6 +169,7 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float | None:
 class _Request:
     arrival: float
     draws: list[float]
+    instance: int = 0
     attempt: int = 0
     tried: list[str] = attrs.field(factory=list)
 
@@ -162,8 +189,16 @@ class Engine:
         seed: int,
         progress: Callable[[float], None] | None = None,
         discovery: DiscoverySpec | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         self.models: dict[str, EndpointModel] = {m.id: m for m in models}
+        self.fleet = fleet or Fleet()
+        self._virtual = configuration.coordination
+        """Coordinated runs go on Trio's MockClock so the coordinators' background polls follow
+        virtual time; everything else is a synchronous loop with an injected clock (timers are
+        evaluated lazily, so nothing needs to run between events)."""
+        self._lbs: list[LoadBalancer] = []
+        self._pools: list[Pool] = []
         self.discovery = discovery
         self._publisher: DiscoveryPublisher | None = None
         self._revision = 1
@@ -182,11 +217,10 @@ class Engine:
         self._no_eligible = 0
         self._calls = 0
         self._readmits: list[float] = []
-        self._recovered_at: dict[str, float] = {}
+        self._recovered_at: dict[tuple[int, str], float] = {}
         self._window_ok = self._window_total = 0
         self._timeline: list[Sample] = []
         self._capacity: list[float] = []
-        self._pool: Pool
 
     def _push(self, at: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -197,47 +231,78 @@ class Engine:
         return self.now
 
     def run(self) -> RunResult:
-        """Run the whole scenario (starts its own Trio-or-asyncio loop via anyio)."""
+        """Run the whole scenario in its own event loop (the balancers' logs are muted)."""
+        log = logging.getLogger("poise_py")
+        level = log.level
+        log.setLevel(logging.CRITICAL)  # simulated incidents are not the operator's
+        try:
+            return self._run_loop()
+        finally:
+            log.setLevel(level)
+
+    def _run_loop(self) -> RunResult:
+        if self._virtual:
+            import trio  # noqa: PLC0415 - fleets run on Trio's MockClock
+            import trio.testing  # noqa: PLC0415
+
+            return trio.run(self._run, clock=trio.testing.MockClock(autojump_threshold=0))
         return anyio.run(self._run)
 
     def _endpoint(self, model: EndpointModel) -> Endpoint:
         return Endpoint(model.id, address=model.id, tier=model.tier, zone=model.zone, weight=model.weight)
 
-    async def _run(self) -> RunResult:
+    def _balancer(self, index: int, storage: InMemoryStorage | None) -> LoadBalancer:
         source: AsyncIterable[Update]
-        if self.discovery is None:
+        if self._publisher is None:
             source = StaticDiscovery([self._endpoint(m) for m in self.models.values()])
         else:
-            self._publisher = DiscoveryPublisher()
             source = self._publisher.subscribe()
-        lb = LoadBalancer(
+        return LoadBalancer(
             source,
             policy=self.config.policy,
             circuit=self.config.circuit,
-            clock=self.clock,
-            seed=self.seed,
+            clock=None if self._virtual else self.clock,
+            seed=self.seed + index,
             retry_budget=self.config.retry_budget,
+            coordination=None if storage is None else Coordination(storage, sync_interval=self.fleet.sync_interval),
+            no_eligible_alert_after=None,  # the report counts these; no log line per instance
             **self.config.balancer_options,  # type: ignore[arg-type]
         )
-        async with lb:
-            pool = self._pool = lb._pool
-            chained = pool.on_transition
 
-            def on_transition(state: EndpointState, transition: Transition) -> None:
-                self._observe(state, transition)
-                chained(state, transition)
+    async def _run(self) -> RunResult:
+        if self.discovery is not None:
+            self._publisher = DiscoveryPublisher()
+        storage = None
+        if self.config.coordination:
+            storage = InMemoryStorage(clock=anyio.current_time)
+        async with contextlib.AsyncExitStack() as stack:
+            for index in range(self.fleet.instances):
+                lb = await stack.enter_async_context(self._balancer(index, storage))
+                pool = lb._pool
+                chained = pool.on_transition
 
-            pool.on_transition = on_transition
+                def on_transition(
+                    state: EndpointState,
+                    transition: Transition,
+                    index: int = index,
+                    chained: Callable[[EndpointState, Transition], None] = chained,
+                ) -> None:
+                    self._observe(index, state, transition)
+                    chained(state, transition)
+
+                pool.on_transition = on_transition
+                self._lbs.append(lb)
+                self._pools.append(pool)
             if self._publisher is not None:
                 initial = [self._endpoint(m) for m in self.models.values() if m.exists_at(0.0)]
                 self._publisher.publish(Snapshot(self._revision, initial))
                 await anyio.wait_all_tasks_blocked()
-            await self._loop(lb)
+            await self._loop()
             if self._publisher is not None:
                 self._publisher.close()
         return self._result()
 
-    async def _loop(self, lb: LoadBalancer) -> None:
+    async def _loop(self) -> None:
         traffic = self.traffic
         self._push(self._next_arrival(0.0), _ARRIVAL, None)
         self._push(0.0, _SAMPLE, None)
@@ -253,16 +318,18 @@ class Engine:
             at, _, kind, payload = heapq.heappop(events)
             if at > end and kind != _COMPLETE:
                 continue
+            if self._virtual and at > self.now:
+                await anyio.sleep(at - anyio.current_time())  # background tasks run up to `at`
             self.now = at
             if kind == _ARRIVAL:
                 self._push(self._next_arrival(at), _ARRIVAL, None)
-                self._start(lb, self._new_request(at))
+                self._start(self._new_request(at))
             elif kind == _COMPLETE:
-                self._complete(lb, *payload)  # type: ignore[misc]
+                self._complete(*payload)  # type: ignore[misc]
             elif kind == _DISCOVERY:
                 await self._announce(payload)  # type: ignore[arg-type]
             elif payload is None:
-                self._sample(lb)
+                self._sample()
                 self._push(at + traffic.sample_interval, _SAMPLE, None)
             else:
                 self._health_changed(str(payload))
@@ -306,14 +373,16 @@ class Engine:
 
     def _new_request(self, at: float) -> _Request:
         rnd = self._traffic_rng.random
-        return _Request(arrival=at, draws=[rnd() for _ in range(2 * self.traffic.attempts)])
+        draws = [rnd() for _ in range(2 * self.traffic.attempts)]
+        instance = int(rnd() * self.fleet.instances) if self.fleet.instances > 1 else 0
+        return _Request(arrival=at, draws=draws, instance=instance)
 
-    def _start(self, lb: LoadBalancer, request: _Request) -> None:
+    def _start(self, request: _Request) -> None:
         if request.attempt == 0:
             self._requests += 1
             self._budget.deposit(self.now)
         try:
-            permit = lb.acquire(exclude=request.tried)
+            permit = self._lbs[request.instance].acquire(exclude=request.tried)
         except SelectionError as exc:
             if isinstance(exc, NoEligibleEndpoints) and any(m.healthy_at(self.now) for m in self.models.values()):
                 self._no_eligible += 1
@@ -338,7 +407,6 @@ class Engine:
 
     def _complete(
         self,
-        lb: LoadBalancer,
         request: _Request,
         permit: Permit,
         fault: Fault | None,
@@ -358,7 +426,7 @@ class Engine:
             return
         request.attempt += 1
         if fault in _RETRYABLE and request.attempt < self.traffic.attempts and self._budget.try_withdraw(self.now):
-            self._start(lb, request)
+            self._start(request)
         else:
             self._finish(request, ok=False)
 
@@ -369,7 +437,7 @@ class Engine:
             self._window_ok += 1
             self._latencies.append(self.now - request.arrival)
 
-    def _observe(self, state: EndpointState, transition: Transition) -> None:
+    def _observe(self, index: int, state: EndpointState, transition: Transition) -> None:
         model = self.models[state.endpoint.id]
         if transition.target in _EJECTED and transition.source is CircuitState.CLOSED:
             if model.healthy_at(self.now):
@@ -377,43 +445,46 @@ class Engine:
             else:
                 self._deserved += 1
         if transition.target is CircuitState.CLOSED:
-            self._readmitted(model.id)
+            self._readmitted(index, model.id)
+
+    def _in_rotation(self, pool: Pool, endpoint_id: str) -> bool:
+        state = pool.members.get(endpoint_id)
+        return state is not None and pool.refusal(state) is None and state.circuit.state is CircuitState.CLOSED
 
     def _health_changed(self, endpoint_id: str) -> None:
         model = self.models[endpoint_id]
         if model.healthy_at(self.now) and not model.healthy_at(self.now - 1e-9):
-            pool = self._pool
-            pool.handle_timer(self.now)
-            state = pool.members.get(endpoint_id)
-            if state is not None and pool.refusal(state) is None and state.circuit.state is CircuitState.CLOSED:
-                self._readmits.append(0.0)  # never left rotation
-            else:
-                self._recovered_at[endpoint_id] = self.now
+            for index, pool in enumerate(self._pools):
+                pool.handle_timer(self.now)
+                if self._in_rotation(pool, endpoint_id):
+                    self._readmits.append(0.0)  # never left rotation
+                else:
+                    self._recovered_at[index, endpoint_id] = self.now
 
-    def _readmitted(self, endpoint_id: str) -> None:
-        since = self._recovered_at.pop(endpoint_id, None)
+    def _readmitted(self, index: int, endpoint_id: str) -> None:
+        since = self._recovered_at.pop((index, endpoint_id), None)
         if since is not None:
             self._readmits.append(self.now - since)
 
-    def _sample(self, lb: LoadBalancer) -> None:
-        pool = lb._pool
-        pool.handle_timer(self.now)
-        alive = in_rotation = 0
-        states = []
+    def _sample(self) -> None:
+        alive = 0
+        in_rotation = 0.0
+        states: list[str] = []
+        pools = self._pools
+        for pool in pools:
+            pool.handle_timer(self.now)
         for endpoint_id, model in self.models.items():
-            state = pool.members.get(endpoint_id)
-            if state is None:  # not (or no longer) in the pool
-                states.append("absent")
-                alive += model.healthy_at(self.now)
+            first = pools[0].members.get(endpoint_id)
+            states.append("absent" if first is None else first.circuit.state.value)
+            if not model.healthy_at(self.now):
                 continue
-            eligible = pool.refusal(state) is None
-            states.append(state.circuit.state.value)
-            if model.healthy_at(self.now):
-                alive += 1
-                if eligible:
-                    in_rotation += 1
-                    if state.circuit.state is CircuitState.CLOSED and endpoint_id in self._recovered_at:
-                        self._readmitted(endpoint_id)
+            alive += 1
+            for index, pool in enumerate(pools):
+                state = pool.members.get(endpoint_id)
+                if state is not None and pool.refusal(state) is None:
+                    in_rotation += 1 / len(pools)
+                    if state.circuit.state is CircuitState.CLOSED and (index, endpoint_id) in self._recovered_at:
+                        self._readmitted(index, endpoint_id)
         capacity = in_rotation / alive if alive else None
         if capacity is not None:
             self._capacity.append(capacity)

@@ -66,6 +66,7 @@ def run(
             seed=seed,
             progress=report,
             discovery=scenario.discovery,
+            fleet=scenario.fleet,
         )
         results.append(engine.run())
     return Report(scenario=scenario, seed=seed, results=tuple(results))

@@ -51,7 +51,7 @@ import poise_py as poise
 from .._core._policies import Policy
 from .._errors import ConfigError
 from .._faults import Fault
-from ._engine import Configuration, DiscoverySpec, Reporting, Traffic
+from ._engine import Configuration, DiscoverySpec, Fleet, Reporting, Traffic
 from ._models import EndpointModel, Flap, Latency, Phase, RateLimit
 
 
@@ -120,6 +120,7 @@ class Scenario:
     endpoints: tuple[EndpointSpec, ...]
     configurations: tuple[Configuration, ...] = ()
     discovery: DiscoverySpec | None = None
+    fleet: Fleet = attrs.field(factory=Fleet)
 
     def all_configurations(self) -> tuple[Configuration, ...]:
         """poise_py's default, the baselines, then the scenario's own."""
@@ -255,6 +256,9 @@ def _configurations(raw: object) -> tuple[Configuration, ...]:
                 options["on_discovery_end"] = poise.DiscoveryEnd(str(table["on_discovery_end"]).lower())
             except ValueError:
                 raise ConfigError(f"{where}.on_discovery_end", "must be last_known_good or fail_closed") from None
+        coordination = table.get("coordination", False)
+        if not isinstance(coordination, bool):
+            raise ConfigError(f"{where}.coordination", f"must be true or false, got {coordination!r}")
         out.append(
             Configuration(
                 name=name,
@@ -262,6 +266,7 @@ def _configurations(raw: object) -> tuple[Configuration, ...]:
                 circuit=circuit,
                 retry_budget=budget,
                 balancer_options=options,
+                coordination=coordination,
             )
         )
     return tuple(out)
@@ -284,6 +289,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         endpoints=_endpoints(data.get("endpoints")),
         configurations=_configurations(data.get("configurations")),
         discovery=None if "discovery" not in data else _build(DiscoverySpec, data["discovery"], "discovery"),
+        fleet=_build(Fleet, data.get("fleet", {}), "fleet"),
     )
 
 
