@@ -38,7 +38,13 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHONS)
 def bench(session: nox.Session) -> None:
     session.install("-e", ".[dev]")
-    for script in ("bench/overhead.py", "bench/health.py", "bench/discovery.py", "bench/coordination.py"):
+    for script in (
+        "bench/overhead.py",
+        "bench/health.py",
+        "bench/discovery.py",
+        "bench/coordination.py",
+        "bench/policies.py",
+    ):
         session.run("python", script)
 
 

@@ -32,10 +32,18 @@ from ._core._ejection import HardCap as HardCap
 from ._core._health import HealthCheck as HealthCheck
 from ._core._health import HealthSnapshot as HealthSnapshot
 from ._core._health import HealthStatus as HealthStatus
+from ._core._policies import ConsistentHash as ConsistentHash
+from ._core._policies import PeakEwma as PeakEwma
 from ._core._policies import Policy as Policy
 from ._core._policies import PowerOfTwoChoices as PowerOfTwoChoices
+from ._core._policies import Random as Random
 from ._core._policies import RoundRobin as RoundRobin
+from ._core._policies import WeightedRandom as WeightedRandom
+from ._core._policies import WeightedRoundRobin as WeightedRoundRobin
 from ._core._policy import CircuitPolicy as CircuitPolicy
+from ._core._routing import Panic as Panic
+from ._core._routing import PanicMode as PanicMode
+from ._core._routing import Routing as Routing
 from ._core._window import CountWindow as CountWindow
 from ._core._window import TimeWindow as TimeWindow
 from ._decision import Decision as Decision
@@ -74,6 +82,7 @@ from ._errors import RevisionOverflow as RevisionOverflow
 from ._errors import SelectionError as SelectionError
 from ._errors import StaleRevision as StaleRevision
 from ._errors import UnknownIdentity as UnknownIdentity
+from ._errors import WeightOverflow as WeightOverflow
 from ._events import BalancerEvent as BalancerEvent
 from ._events import CircuitClosed as CircuitClosed
 from ._events import CircuitHalfOpened as CircuitHalfOpened
@@ -99,6 +108,7 @@ from ._retry import Attempt as Attempt
 from ._snapshot import EndpointCounters as EndpointCounters
 from ._snapshot import EndpointSnapshot as EndpointSnapshot
 from ._snapshot import PoolSnapshot as PoolSnapshot
+from ._snapshot import TierSnapshot as TierSnapshot
 from ._statistics import BalancerStatistics as BalancerStatistics
 from ._statistics import PoolCounters as PoolCounters
 from ._telemetry import EventStream as EventStream

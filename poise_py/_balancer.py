@@ -26,6 +26,7 @@ from ._core._health import HealthCheck
 from ._core._policies import Policy, PowerOfTwoChoices
 from ._core._policy import CircuitPolicy
 from ._core._pool import Pool
+from ._core._routing import Panic, Routing
 from ._core._state import EndpointState
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
 from ._endpoint import AdminStatus, check_duration
@@ -42,7 +43,7 @@ from ._errors import (
     ReadyTimeout,
     SelectionError,
 )
-from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected
+from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected, PanicEnded, PanicStarted
 from ._faults import Classification, Fault
 from ._health import HealthRunner
 from ._logs import LogLimit
@@ -105,6 +106,9 @@ class LoadBalancer:
         readiness: timeout and quarantine cool-down of ``ready()`` checks.
         coordination: share every endpoint's circuit with the balancers using the same
             storage (:class:`Coordination`); default None, each balancer on its own.
+        routing: tier spillover and zone preference (default :class:`Routing`: factor 1.4,
+            no zone preference).
+        panic: opt-in panic routing (:class:`Panic`); None, the default, never panics.
     """
 
     def __init__(
@@ -125,6 +129,8 @@ class LoadBalancer:
         endpoint_close: EndpointClose | None = None,
         readiness: Readiness | None = None,
         coordination: Coordination | None = None,
+        routing: Routing | None = None,
+        panic: Panic | None = None,
     ) -> None:
         if not hasattr(discovery, "__aiter__"):
             raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
@@ -160,13 +166,26 @@ class LoadBalancer:
             if not isinstance(coordination, Coordination):
                 raise ConfigError("coordination", f"must be a Coordination or None, got {coordination!r}")
             coordination.check(circuit)
+        if routing is not None and not isinstance(routing, Routing):
+            raise ConfigError("routing", f"must be a Routing, got {routing!r}")
+        if panic is not None and not isinstance(panic, Panic):
+            raise ConfigError("panic", f"must be a Panic or None, got {panic!r}")
         self._discovery = discovery
         self._classifier = classifier
         self._on_end = on_discovery_end
         self._clock_arg = clock
         self._clock: Callable[[], float] = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
-        self._pool = Pool(circuit, policy, self._rng, on_transition=self._on_transition, on_idle=self._on_idle)
+        self._pool = Pool(
+            circuit,
+            policy,
+            self._rng,
+            routing=routing,
+            panic=panic,
+            on_transition=self._on_transition,
+            on_idle=self._on_idle,
+            on_panic=self._on_panic,
+        )
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
@@ -292,7 +311,7 @@ class LoadBalancer:
             self._telemetry.selection_failed(closed, self._clock())
             raise closed
         try:
-            state, ticket, now = self._pool.select(self._clock, key, exclude)
+            selected = self._pool.select(self._clock, key, exclude)
         except SelectionError as exc:
             if isinstance(exc, NoEligibleEndpoints):
                 readiness = self._membership.readiness_error()
@@ -301,7 +320,7 @@ class LoadBalancer:
                     raise readiness from exc
             self._telemetry.selection_failed(exc, self._clock())
             raise
-        return Permit(self, state, ticket, now)
+        return Permit(self, selected)
 
     async def call(
         self,
@@ -646,6 +665,11 @@ class LoadBalancer:
         if self._coordinator is not None:
             self._coordinator.moved(state, transition)
         self._telemetry.on_transition(state, transition)
+
+    def _on_panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
+        """A tier started or stopped panicking: PanicStarted / PanicEnded (logged by telemetry)."""
+        event = PanicStarted if started else PanicEnded
+        self._telemetry.emit(event(at=self._clock(), tier=tier, healthy_share=healthy_share))
 
 
 def _first_exception(group: BaseException) -> Exception | None:

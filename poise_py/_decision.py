@@ -11,16 +11,22 @@ class DecisionMode(enum.Enum):
     """How the endpoint was chosen."""
 
     HEALTHY = "healthy"
-    """From the lowest tier with healthy capacity, in its healthy set."""
+    """From the preferred scope's healthy set: the first tier with capacity (its local zone,
+    with a zone preference)."""
     SPILLOVER = "spillover"
-    """From a later tier, because earlier tiers lacked healthy capacity."""
+    """From a later tier, or another zone, because the preferred scope lacked healthy capacity
+    (its healthy share x the overprovisioning factor fell under 100%), or could not serve this
+    call (every endpoint there excluded by the caller)."""
     PANIC = "panic"
-    """From a scope whose healthy share fell under the panic threshold (USE_ALL)."""
+    """From a tier whose healthy share fell under the panic threshold (``PanicMode.USE_ALL``):
+    ejected and unhealthy endpoints included."""
 
 
 @attrs.frozen
 class Decision:
     """The routing decision behind a permit.
+
+    Decisions are interned: every permit with the same mode and tier shares one object.
 
     Attributes:
         mode: HEALTHY, SPILLOVER or PANIC.

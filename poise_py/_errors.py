@@ -37,7 +37,9 @@ class IneligibleReason(enum.Enum):
     EXCLUDED = "excluded"
     """The caller excluded it (``acquire(exclude=...)``), usually as already tried."""
     SCOPE = "scope"
-    """Routing kept it out of the selected scope (another tier or zone)."""
+    """Eligible, but routing kept it out of the selected scope (another tier or zone)."""
+    PANIC = "panic"
+    """Eligible, but its tier is panicking under ``PanicMode.FAIL_CLOSED``, which refuses the tier."""
 
 
 class PoiseError(Exception):
@@ -164,6 +166,22 @@ class EndpointFactoryError(DiscoveryError):
     def __init__(self, endpoint_id: str) -> None:
         self.endpoint_id = endpoint_id
         super().__init__(f"the endpoint factory failed for {endpoint_id!r}; the previous pool stays live")
+
+
+class WeightOverflow(ConfigError, DiscoveryError):  # noqa: N818 - reads as a state
+    """An update would take the pool's total weight past ``Routing.max_total_weight``.
+
+    Raised by the pool when a change is planned, before any endpoint is built or
+    anything applied: the update is rejected whole and the previous pool stays live
+    (a streaming source logs it and goes on; a static list raises it from ``async with
+    lb``). It is a :class:`ConfigError` (``knob`` is ``"Endpoint.weight"``: the weights
+    are configuration, and a retry cannot fix them) and a :class:`DiscoveryError`.
+    """
+
+    def __init__(self, total: int, bound: int) -> None:
+        self.total = total
+        self.bound = bound
+        super().__init__("Endpoint.weight", f"the pool's total weight would be {total}, past the bound {bound}")
 
 
 class PublisherClosed(DiscoveryError):  # noqa: N818 - reads as a state

@@ -135,8 +135,13 @@ class Membership:
         return self.directory.revision
 
     async def apply(self, update: Update, clock: Callable[[], float]) -> Changes:
-        """Plan, build and commit ``update``; if a step fails, raise a :class:`DiscoveryError`."""
+        """Plan, build and commit ``update``; if a step fails, raise a :class:`DiscoveryError`.
+
+        Planning includes the pool's weight bound (:class:`WeightOverflow`), so nothing is
+        built for an update the pool would refuse.
+        """
         changes = self.directory.plan(update, self._live)
+        self.pool.check_weights(changes.added, changes.removed, changes.updated)  # WeightOverflow
         resources = await self._build(changes.added) if self._factory is not None else None
         self._change(changes, resources, clock())
         self.directory.commit(changes)

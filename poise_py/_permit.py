@@ -5,13 +5,13 @@ from __future__ import annotations
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._decision import DecisionMode
 from ._errors import PermitError
 from ._faults import Fault, check_retry_after
 
 if TYPE_CHECKING:
     from ._balancer import LoadBalancer
-    from ._core._circuit import Ticket
-    from ._core._state import EndpointState
+    from ._core._pool import Selection
     from ._decision import Decision
     from ._endpoint import Endpoint
 
@@ -28,20 +28,14 @@ class Permit:
     without a report (never entered, or garbage-collected) is a cancellation.
     """
 
-    __slots__ = ("_done", "_lb", "_started", "_state", "_ticket")
+    __slots__ = ("_decision", "_done", "_lb", "_started", "_state", "_ticket")
 
-    def __init__(
-        self,
-        lb: LoadBalancer,
-        state: EndpointState,
-        ticket: Ticket,
-        started: float,
-    ) -> None:
+    def __init__(self, lb: LoadBalancer, selected: Selection) -> None:
+        # The pool's selection tuple is taken whole: one argument instead of four, and no
+        # unpacking in ``acquire`` (this constructor runs on every call).
         self._done = False
         self._lb = lb
-        self._state = state
-        self._ticket = ticket
-        self._started = started
+        self._state, self._ticket, self._started, self._decision = selected
 
     @property
     def endpoint(self) -> Endpoint:
@@ -55,12 +49,12 @@ class Permit:
 
     @property
     def decision(self) -> Decision:
-        """How the endpoint was chosen (mode and tier)."""
-        return self._state.decision
+        """How the endpoint was chosen: HEALTHY, SPILLOVER or PANIC, and from which tier."""
+        return self._decision
 
     @property
     def epoch(self) -> int:
-        """The circuit epoch this permit was issued in."""
+        """The circuit epoch this permit was issued in (a panic permit on an OPEN circuit too)."""
         return self._ticket.epoch
 
     @property
@@ -126,4 +120,6 @@ class Permit:
 
     def __repr__(self) -> str:
         kind = "probe " if self._ticket.probe else ""
-        return f"<Permit {kind}{self._state.endpoint.id!r} epoch={self._ticket.epoch}>"
+        mode = self._decision.mode
+        route = "" if mode is DecisionMode.HEALTHY else f" {mode.value}"
+        return f"<Permit {kind}{self._state.endpoint.id!r} epoch={self._ticket.epoch}{route}>"

@@ -10,6 +10,7 @@ import attrs
 from ._core._circuit import CircuitState
 from ._core._health import HealthSnapshot
 from ._core._pool import Pool
+from ._core._routing import TRAFFIC_UNITS
 from ._core._state import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
 from ._decision import DecisionMode
 from ._endpoint import AdminStatus, Endpoint
@@ -84,6 +85,27 @@ class EndpointSnapshot:
 
 
 @attrs.frozen(kw_only=True)
+class TierSnapshot:
+    """One tier's routing state as of the snapshot.
+
+    Attributes:
+        tier: the tier number.
+        endpoints: live endpoints in the tier.
+        capacity: those an operator has not taken out (DRAINING, DISABLED).
+        healthy: those that may take a permit now.
+        share: the fraction of new traffic routed to the tier (0.0 to 1.0).
+        panicking: whether the tier is in panic (its healthy share is under the threshold).
+    """
+
+    tier: int
+    endpoints: int
+    capacity: int
+    healthy: int
+    share: float
+    panicking: bool
+
+
+@attrs.frozen(kw_only=True)
 class PoolSnapshot:
     """The whole pool as of the snapshot.
 
@@ -93,6 +115,7 @@ class PoolSnapshot:
         ejected: circuits OPEN or HALF_OPEN.
         suppressed_ejections: trips held back by ``max_ejection_percent``, pool-wide.
         taken_at: the balancer clock's reading.
+        tiers: each tier's routing state, lowest tier first.
     """
 
     endpoints: tuple[EndpointSnapshot, ...]
@@ -100,6 +123,7 @@ class PoolSnapshot:
     ejected: int
     suppressed_ejections: int
     taken_at: float
+    tiers: tuple[TierSnapshot, ...] = ()
 
     def __getitem__(self, endpoint_id: str) -> EndpointSnapshot:
         """The snapshot of one endpoint by id (KeyError if absent)."""
@@ -161,4 +185,15 @@ def pool_snapshot(pool: Pool, now: float, *, health: HealthView | None = None) -
         ejected=pool.ejected_count,
         suppressed_ejections=pool.suppressed_ejections,
         taken_at=now,
+        tiers=tuple(
+            TierSnapshot(
+                tier=t.number,
+                endpoints=t.members,
+                capacity=t.capacity,
+                healthy=t.healthy,
+                share=pool.router.shares.get(t.number, 0) / TRAFFIC_UNITS,
+                panicking=t.panicking,
+            )
+            for t in pool.router.order
+        ),
     )

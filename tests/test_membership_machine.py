@@ -192,7 +192,7 @@ class MembershipMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.pool.available_count > 0)
     @rule()
     def take_permit(self) -> None:
-        state, ticket, _ = self.pool.select(self.clock)
+        state, ticket, _, _ = self.pool.select(self.clock)
         self.permits.append((state, ticket))
 
     @precondition(lambda self: bool(self.permits))

@@ -1,31 +1,39 @@
 """The pool: membership, eligibility and the ejection guard, as pure bookkeeping.
 
-The pool keeps a list of the endpoints that may take a permit right now (CLOSED, or
-HALF_OPEN with a free probe slot, and allowed by the operator and by active health). It is updated in O(1)
-whenever a circuit moves or a probe slot is taken or released, so a pick never scans
-the pool. OPEN circuits wait in a heap of deadlines; :meth:`Pool.handle_timer` (called
-by the shell's timer, and lazily by :meth:`Pool.select`) moves the due ones to
-HALF_OPEN. Ineligibility reasons are counted only when a selection fails.
+The pool keeps, per routing scope (a tier, or one zone side of it: see ``_routing``),
+the list of the endpoints that may take a permit right now (CLOSED, or HALF_OPEN with a
+free probe slot, ready, and allowed by the operator and by active health). The lists are updated in O(1) whenever a
+circuit moves or a probe slot is taken or released, so a pick never scans the pool, and
+the router's plan is recomputed in O(tiers) after each such change. When the plan sends
+all traffic to one scope as HEALTHY (the single-tier pool, or a healthy first tier),
+:meth:`Pool.select` picks from it directly; otherwise it draws the scope first. OPEN
+circuits wait in a heap of deadlines; :meth:`Pool.handle_timer` (called by the shell's
+timer, and lazily by :meth:`Pool.select`) moves the due ones to HALF_OPEN. Ineligibility
+reasons are counted only when a selection fails.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
-from collections.abc import Callable, Collection, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import TypeAlias
 
 from .._decision import Decision, DecisionMode
 from .._endpoint import AdminStatus, Endpoint
-from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints
+from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, WeightOverflow
 from .._faults import Fault
 from ._circuit import Circuit, CircuitState, Ticket, Transition
 from ._ejection import ejection_allowance
-from ._policies import Picker, Policy
+from ._policies import Instant, Loads, PickFn, Policy
 from ._policy import CircuitPolicy
-from ._state import FAULT_INDEX, SATURATED, EndpointState, sat_add
+from ._routing import TRAFFIC_UNITS, Panic, PanicHook, PanicTicket, Router, Routing, Scope, decision
+from ._state import FAULT_INDEX, SATURATED, EndpointState, count_selection, sat_add
 
 TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
+Selection: TypeAlias = tuple[EndpointState, Ticket, float, Decision]
+"""What :meth:`Pool.select` returns: the endpoint, its ticket, the clock reading, the decision."""
 LeaveHook: TypeAlias = Callable[[EndpointState], None]
 IdleHook: TypeAlias = Callable[[EndpointState], None]
 ProbeHook: TypeAlias = Callable[[EndpointState], None]
@@ -37,10 +45,17 @@ _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
     AdminStatus.DISABLED: IneligibleReason.DISABLED,
     AdminStatus.FORCED_UNHEALTHY: IneligibleReason.UNHEALTHY,
 }
+_DRAINING = AdminStatus.DRAINING
+_DISABLED = AdminStatus.DISABLED
 _OPEN = CircuitState.OPEN
 _CLOSED = CircuitState.CLOSED
 _AUTO = AdminStatus.AUTO
 _REDISCOVERY_CLEARS = frozenset({IneligibleReason.PERMANENT, IneligibleReason.RETIRED})
+_BLOCKED = CircuitState.BLOCKED
+_RETIRED = CircuitState.RETIRED
+_HEALTHY = DecisionMode.HEALTHY
+_SPILLOVER = DecisionMode.SPILLOVER
+_PANIC = DecisionMode.PANIC
 
 
 def _ignore(state: EndpointState, transition: Transition) -> None:
@@ -48,6 +63,10 @@ def _ignore(state: EndpointState, transition: Transition) -> None:
 
 
 def _ignore_idle(state: EndpointState) -> None:
+    return None
+
+
+def _ignore_panic(tier: int, *, started: bool, healthy_share: float) -> None:
     return None
 
 
@@ -64,9 +83,12 @@ class Pool:
         circuit: the circuit knobs every endpoint gets.
         policy: the selection policy.
         rng: the seeded source of every random choice (jitter, picks).
+        routing: tier and zone knobs (default :class:`Routing`).
+        panic: opt-in panic routing, or None (default: off).
         on_transition: called for every circuit move (events, logs).
         on_idle: called when the last permit of an endpoint that takes no new ones ends
             (``LoadBalancer.drained``).
+        on_panic: called with ``(tier, started)`` when a tier starts or stops panicking.
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
@@ -79,25 +101,45 @@ class Pool:
         policy: Policy,
         rng: random.Random,
         *,
+        routing: Routing | None = None,
+        panic: Panic | None = None,
         on_transition: TransitionHook = _ignore,
         on_idle: IdleHook = _ignore_idle,
+        on_panic: PanicHook = _ignore_panic,
     ) -> None:
         self.circuit_policy = circuit
         self._rng = rng
         self._unit = rng.random
-        self._picker: Picker = policy.bind(rng)
-        self._pick = self._picker.pick
-        self.timed = circuit.measures_latency or bool(getattr(policy, "measures_latency", False))
+        measures = bool(getattr(policy, "measures_latency", False))
+        self._observe: Callable[[EndpointState, float, float], None] | None = (
+            policy.observe if measures else None  # type: ignore[attr-defined]
+        )
+        self.timed = circuit.measures_latency or measures
         """Whether a selection must read the clock to time the call."""
+        self._instant = Instant()
+        """The latest clock reading of a timed pool, for pickers that weigh time."""
+        self.routing = routing if routing is not None else Routing()
+        self.panic = panic
+        self.router = Router(
+            policy,
+            rng,
+            instant=self._instant,
+            routing=self.routing,
+            panic=panic,
+            on_panic=self._panic_changed,
+        )
+        self.on_panic = on_panic
         self.members: dict[str, EndpointState] = {}
-        self._available: list[EndpointState] = []
-        self._loads: list[int] = []
-        """``inflight`` of ``_available[i]``: a compact copy, so load-aware picks stay in cache."""
+        # The hot path's view of the router: the scope that takes all traffic as HEALTHY.
+        self._fast: list[EndpointState] | None = None
+        self._loads: Loads = []
+        self._pick: PickFn = _no_pick
+        self._fast_decision = decision(_HEALTHY, 0)
+        self._weight_total = 0
         self._deadlines: list[tuple[float, int, EndpointState, int]] = []
         self._seq = 0
         self._ejected = 0
         self._allowance = 1
-        self._decisions: dict[int, Decision] = {}
         self.on_transition = on_transition
         self.on_idle = on_idle
         self.orphans: list[tuple[EndpointState, Ticket]] = []
@@ -124,97 +166,181 @@ class Pool:
         ignored); ``updated`` endpoints keep their state with new attributes; ``added``
         start fresh. The caller (the directory) has already checked the change is coherent.
         """
+        removed = list(removed)
+        updated = list(updated)
+        added = list(added)
+        self._weight_total = self.check_weights(added, removed, updated)
+        members = self.members
         for endpoint_id in removed:
-            state = self.members.pop(endpoint_id)
+            state = members.pop(endpoint_id)
+            self._detach(state)
             state.live = False
-            self._set_available(state, available=False)
             if state.was_ejected:
                 self._ejected -= 1
                 state.was_ejected = False
             if self.on_leave is not None:
                 self.on_leave(state)
         for endpoint in updated:
-            state = self.members[endpoint.id]
-            state.endpoint = endpoint
-            state.decision = self._decision(endpoint.tier)
+            state = members[endpoint.id]
+            old = state.endpoint
+            if (old.tier, old.zone, old.weight) == (endpoint.tier, endpoint.zone, endpoint.weight):
+                state.endpoint = endpoint
+            else:  # routing structures key on these: leave them and come back
+                self._detach(state)
+                state.endpoint = endpoint
+                self._attach(state)
             # Re-emitted with a new definition (a rotated key, a moved address): a block
             # or a retirement was about the old one, so the circuit starts afresh.
             if state.circuit.refusal() in _REDISCOVERY_CLEARS:
                 self._moved(state, state.circuit.reset(now))
+        observed = self._observe is not None
         for endpoint in added:
-            state = EndpointState(endpoint, Circuit(self.circuit_policy, self._unit, now))
-            state.decision = self._decision(endpoint.tier)
-            self.members[endpoint.id] = state
-            self._set_available(state, available=True)
-        self._allowance = ejection_allowance(len(self.members), self.circuit_policy.max_ejection_percent)
+            circuit = Circuit(self.circuit_policy, self._unit, now)
+            if observed:
+                # A latency-measuring policy needs every success's latency: an inline slow
+                # limit of -inf sends each success the long way, through _record, which
+                # feeds the policy. (The circuit's own slow-call rule reads its policy.)
+                circuit._slow_limit = -math.inf
+            state = EndpointState(endpoint, circuit)
+            members[endpoint.id] = state
+            self._attach(state)
+        self._allowance = ejection_allowance(len(members), self.circuit_policy.max_ejection_percent)
+        self._replan()
+
+    def check_weights(self, added: Iterable[Endpoint], removed: Iterable[str], updated: Iterable[Endpoint]) -> int:
+        """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
+
+        Changes nothing: discovery calls it when it plans an update, before building
+        anything for it, and :meth:`apply` calls it again before applying.
+        """
+        members = self.members
+        total = self._weight_total
+        total -= sum(members[i].endpoint.weight for i in removed)
+        total += sum(e.weight - members[e.id].endpoint.weight for e in updated)
+        total += sum(e.weight for e in added)
+        bound = self.routing.max_total_weight
+        if total > bound:
+            raise WeightOverflow(total, bound)
+        return total
 
     # -- selection ---------------------------------------------------------------------
 
     def select(
         self, clock: Callable[[], float], key: Hashable | None = None, exclude: Collection[str] = ()
-    ) -> tuple[EndpointState, Ticket, float]:
+    ) -> Selection:
         """Choose an endpoint and reserve its ticket, or raise a :class:`SelectionError`.
 
         ``clock`` is read only when something needs the time (a circuit due to leave
-        OPEN, or a policy that measures latency); the reading is returned (0.0 if none).
+        OPEN, or a policy that measures latency); the reading is returned (0.0 if none),
+        with the routing decision.
         """
         if self.orphans:
             self.release_orphans()
         deadlines = self._deadlines
-        now = clock() if (self.timed or deadlines) else 0.0
-        if deadlines and deadlines[0][0] <= now:
-            self.handle_timer(now)
-        available = self._available
-        if not available:
-            raise self._no_eligible(exclude)
-        state = self._pick(available, self._loads, key)
-        if exclude and state.endpoint.id in exclude:
-            state = self._pick_excluding(key, exclude)
+        if self.timed or deadlines:
+            now = clock()
+            self._instant.value = now
+            if deadlines and deadlines[0][0] <= now:
+                self.handle_timer(now)
+        else:
+            now = 0.0
+        available = self._fast
+        if available:
+            state = self._pick(available, self._loads, key)
+            choice = self._fast_decision
+            if exclude and state.endpoint.id in exclude:
+                state, choice = self._pick_excluding(self.router.fast, choice, key, exclude)
+        else:
+            state, choice = self._route(key, exclude)
         circuit = state.circuit
         if circuit.state is _CLOSED:
             ticket = circuit._closed_ticket  # the hot path; see Circuit.try_acquire
         else:
             got = circuit.try_acquire(now)
-            if type(got) is not Ticket:  # available implies accepting; a bug otherwise
-                raise AssertionError(f"{state!r} was available but refused: {got}")
-            ticket = got
-            if ticket.probe:
-                state.probes = sat_add(state.probes)
-                if not circuit.accepting:
-                    self._set_available(state, available=False)
+            if type(got) is not Ticket:
+                if choice.mode is not _PANIC:  # available implies accepting; a bug otherwise
+                    raise AssertionError(f"{state!r} was available but refused: {got}")
+                ticket = PanicTicket(circuit.epoch, probe=False)
+            else:
+                ticket = got
+                if ticket.probe:
+                    state.probes = sat_add(state.probes)
+                    if not circuit.accepting:
+                        self._sync(state)
         n = state.inflight = state.inflight + 1
         if state.pos >= 0:
-            self._loads[state.pos] = n
-        return state, ticket, now
+            state.loads[state.pos] = n
+        return state, ticket, now, choice
 
-    def _decision(self, tier: int) -> Decision:
-        decision = self._decisions.get(tier)
-        if decision is None:
-            decision = self._decisions[tier] = Decision(DecisionMode.HEALTHY, tier)
-        return decision
+    def _route(self, key: Hashable | None, exclude: Collection[str]) -> tuple[EndpointState, Decision]:
+        """The routed path: draw a scope by the plan, pick in it, count the decision."""
+        router = self.router
+        if not router.routes:
+            raise self._no_eligible(exclude)
+        _, scope, choice, tier = router.choose(int(self._unit() * TRAFFIC_UNITS))
+        if scope is None:  # a panicking tier under PanicMode.FAIL_CLOSED
+            raise self._no_eligible(exclude, refused=tier.number)
+        state = scope.picker.pick(scope.candidates, scope.view, key)
+        if exclude and state.endpoint.id in exclude:
+            return self._pick_excluding(scope, choice, key, exclude)
+        count_selection(state, choice.mode)
+        return state, choice
 
-    def _pick_excluding(self, key: Hashable | None, exclude: Collection[str]) -> EndpointState:
-        pick = self._pick
-        available = self._available
+    def _pick_excluding(
+        self, first: Scope | None, choice: Decision, key: Hashable | None, exclude: Collection[str]
+    ) -> tuple[EndpointState, Decision]:
+        """Pick outside ``exclude``: in ``first`` if it can, else in the next scope by preference."""
+        if first is not None:
+            state = self._pick_in(first, key, exclude)
+            if state is not None:
+                count_selection(state, choice.mode)
+                return state, choice
+        for scope, fallback in self.router.fallback:
+            if scope is not first and scope.candidates:
+                state = self._pick_in(scope, key, exclude)
+                if state is not None:
+                    count_selection(state, fallback.mode)
+                    return state, fallback
+        raise self._no_eligible(exclude)
+
+    def _pick_in(self, scope: Scope, key: Hashable | None, exclude: Collection[str]) -> EndpointState | None:
+        candidates = scope.candidates
+        picker = scope.picker
+        native = getattr(picker, "pick_excluding", None)
+        if native is not None:
+            found: EndpointState | None = native(candidates, scope.view, key, exclude)
+            return found
+        pick = picker.pick
+        view = scope.view
         for _ in range(2 * len(exclude) + 2):
-            state = pick(available, self._loads, key)
+            state = pick(candidates, view, key)
             if state.endpoint.id not in exclude:
                 return state
-        candidates = [s for s in available if s.endpoint.id not in exclude]
-        if not candidates:
-            raise self._no_eligible(exclude)
-        return pick(candidates, [s.inflight for s in candidates], key)
+        rest = [s for s in candidates if s.endpoint.id not in exclude]
+        if not rest:
+            return None
+        # Rare: the policy kept drawing excluded endpoints. Weighted random over the rest.
+        target = int(self._unit() * sum(s.endpoint.weight for s in rest))
+        for state in rest:
+            target -= state.endpoint.weight
+            if target < 0:
+                return state
+        return rest[-1]
 
-    def _no_eligible(self, exclude: Collection[str]) -> EmptyPool | NoEligibleEndpoints:
+    def _no_eligible(self, exclude: Collection[str], *, refused: int | None = None) -> EmptyPool | NoEligibleEndpoints:
         if not self.members:
             return EmptyPool("discovery has not delivered any endpoint yet")
         reasons = dict.fromkeys(IneligibleReason, 0)
         for state in self.members.values():
             reason = self.refusal(state)
-            if reason is None and state.endpoint.id in exclude:
-                reason = IneligibleReason.EXCLUDED
-            if reason is not None:
-                reasons[reason] += 1
+            if reason is None:
+                if state.endpoint.id in exclude:
+                    reason = IneligibleReason.EXCLUDED
+                elif state.endpoint.tier == refused:
+                    reason = IneligibleReason.PANIC
+                else:
+                    reason = IneligibleReason.SCOPE
+            reasons[reason] += 1
         return NoEligibleEndpoints(reasons, len(self.members))
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
@@ -227,7 +353,7 @@ class Pool:
         """Record a successful call; reads ``clock`` only if the outcome needs the time."""
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
-            self._loads[state.pos] = n
+            state.loads[state.pos] = n
         elif not n:
             self.on_idle(state)  # off the hot path: only endpoints that take no permits
         n = state.successes
@@ -268,7 +394,7 @@ class Pool:
         """Record a finished call. A returned error is completed work, like a success."""
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
-            self._loads[state.pos] = n
+            state.loads[state.pos] = n
         elif not n:
             self.on_idle(state)  # off the hot path: only endpoints that take no permits
         if fault is None:
@@ -290,6 +416,10 @@ class Pool:
     ) -> None:
         if self.orphans:
             self.release_orphans()
+        if latency is not None and self._observe is not None and state.live:
+            self._observe(state, latency, now)
+        if type(ticket) is PanicTicket:
+            return  # counted on the endpoint; never moves the circuit (see PanicTicket)
         circuit = state.circuit
         if not state.live or ticket.epoch != circuit.epoch:
             state.stale = sat_add(state.stale)
@@ -317,7 +447,7 @@ class Pool:
         """Release a permit that ended without an outcome. No window changes."""
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
-            self._loads[state.pos] = n
+            state.loads[state.pos] = n
         elif not n:
             self.on_idle(state)  # off the hot path: only endpoints that take no permits
         state.cancellations = sat_add(state.cancellations)
@@ -439,33 +569,89 @@ class Pool:
         self.on_transition(state, transition)
 
     def _sync(self, state: EndpointState) -> None:
+        """Bring ``state``'s routing membership in line with its circuit and admin status."""
+        self._refresh(state)
+        self._replan()
+
+    def _refresh(self, state: EndpointState) -> None:
         circuit = state.circuit
         ejected = circuit.ejected
         if ejected != state.was_ejected:
             state.was_ejected = ejected
             self._ejected += 1 if ejected else -1
+        admin = state.admin
+        home = state.home
+        assert home is not None  # noqa: S101 - every live state has a home
+        # DRAINING and DISABLED take an endpoint out of its tier's capacity, and out of panic.
+        # (Identity tests: hashing an enum member for a set lookup is a Python-level call.)
+        counted = admin is not _DRAINING and admin is not _DISABLED
+        if counted != state.counted:
+            state.counted = counted
+            home.capacity += 1 if counted else -1
         available = circuit.accepting and _gate(state) is None
-        self._set_available(state, available=available)
+        if available != (state.pos >= 0):
+            if available:
+                home.add(state)
+            else:
+                home.remove(state)
+        panic = home.tier.panic
+        if panic is not None:  # never PERMANENT-blocked, retired, or not ready to be called
+            cstate = circuit.state
+            eligible = counted and cstate is not _BLOCKED and cstate is not _RETIRED and state.readiness is None
+            if eligible != (state.ppos >= 0):
+                if eligible:
+                    panic.add(state)
+                else:
+                    panic.remove(state)
 
-    def _set_available(self, state: EndpointState, *, available: bool) -> None:
-        pos = state.pos
-        if available and pos < 0:
-            state.pos = len(self._available)
-            self._available.append(state)
-            self._loads.append(state.inflight)
-        elif not available and pos >= 0:
-            last = self._available.pop()
-            last_load = self._loads.pop()
-            if last is not state:
-                self._available[pos] = last
-                self._loads[pos] = last_load
-                last.pos = pos
-            state.pos = -1
+    def _attach(self, state: EndpointState) -> None:
+        """Home a live state in the scope its endpoint belongs to (no replan)."""
+        home = self.router.home(state.endpoint)
+        state.home = home
+        state.loads = home.loads
+        home.join(state)
+        panic = home.tier.panic
+        if panic is not None:
+            panic.join(state)
+        self._refresh(state)
+
+    def _detach(self, state: EndpointState) -> None:
+        """Take a state out of every routing structure (no replan)."""
+        home = state.home
+        assert home is not None  # noqa: S101 - every live state has a home
+        if state.pos >= 0:
+            home.remove(state)
+        if state.counted:
+            state.counted = False
+            home.capacity -= 1
+        home.leave(state)
+        tier = home.tier
+        panic = tier.panic
+        if panic is not None:
+            if state.ppos >= 0:
+                panic.remove(state)
+            panic.leave(state)
+        self.router.prune(tier)
+
+    def _replan(self) -> None:
+        router = self.router
+        router.replan()
+        fast = router.fast
+        if fast is None:
+            self._fast = None
+        else:
+            self._fast = fast.candidates
+            self._loads = fast.loads
+            self._pick = fast.picker.pick
+            self._fast_decision = decision(_HEALTHY, fast.tier.number)
+
+    def _panic_changed(self, tier: int, *, started: bool, healthy_share: float) -> None:
+        self.on_panic(tier, started=started, healthy_share=healthy_share)
 
     @property
     def available_count(self) -> int:
         """How many endpoints may take a permit now."""
-        return len(self._available)
+        return sum(tier.healthy for tier in self.router.order)
 
     @property
     def may_eject(self) -> bool:
@@ -476,3 +662,7 @@ class Pool:
     def ejected_count(self) -> int:
         """How many circuits are OPEN or HALF_OPEN."""
         return self._ejected
+
+
+def _no_pick(candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    raise AssertionError("the fast path ran with no fast scope")  # pragma: no cover

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from .._decision import Decision, DecisionMode
+from typing import TYPE_CHECKING
+
+from .._decision import DecisionMode
 from .._endpoint import AdminStatus, Endpoint
 from .._errors import IneligibleReason
 from .._faults import Fault
 from ._circuit import Circuit
 
+if TYPE_CHECKING:
+    from ._routing import Scope
+
 SATURATED = 2**64 - 1
 """Observation counters stop here instead of wrapping: lost precision, never a wrap."""
-
-_NO_DECISION = Decision(DecisionMode.HEALTHY, 0)
 
 FAULT_INDEX: dict[Fault, int] = {f: i for i, f in enumerate(Fault)}
 
@@ -51,7 +54,11 @@ class EndpointState:
     live: bool
     was_ejected: bool
     ewma: float
-    decision: Decision
+    ewma_at: float | None
+    home: Scope | None
+    loads: list[int]
+    ppos: int
+    counted: bool
     successes: int
     faults: list[int]
     cancellations: int
@@ -63,15 +70,19 @@ class EndpointState:
         "admin",
         "cancellations",
         "circuit",
-        "decision",
+        "counted",
         "endpoint",
         "ewma",
+        "ewma_at",
         "faults",
         "health_refusal",
+        "home",
         "inflight",
         "live",
+        "loads",
         "mode_selections",
         "pos",
+        "ppos",
         "probes",
         "readiness",
         "resource",
@@ -91,7 +102,16 @@ class EndpointState:
         self.live = True
         self.was_ejected = False
         self.ewma = 0.0
-        self.decision: Decision = _NO_DECISION
+        self.ewma_at = None
+        """When ``ewma`` was last observed; None while the endpoint is unmeasured."""
+        self.home = None
+        """The routing scope this endpoint belongs to (its tier, and zone side)."""
+        self.loads = []
+        """``home.loads``: where the hot path stores ``inflight`` at ``pos``."""
+        self.ppos = -1
+        """Position among its tier's panic candidates, or -1."""
+        self.counted = False
+        """Whether it counts in its scope's capacity (an operator has not taken it out)."""
         self.successes = 0
         self.faults = [0] * len(FAULT_INDEX)
         self.cancellations = 0

@@ -1,0 +1,563 @@
+"""Routing: tiers with overprovisioned spillover, a local-zone preference, panic, decisions.
+
+Theory of operation
+-------------------
+Every live endpoint is a *member* of one tier (``Endpoint.tier``, 0 first) and, inside
+it, of one *home scope*: the tier's local scope, or its remote scope when a local zone
+is configured and the endpoint is elsewhere. A scope keeps the list of its members that
+may take a permit now (its *candidates*, updated in O(1) by the pool) and a picker of
+the balancer's policy over them. With panic configured, each tier also has a *panic
+scope* whose candidates are every member panic may use.
+
+A tier's *capacity* counts its members an operator has not taken out (DRAINING and
+DISABLED are treated like removal); its *healthy* count is its candidates. Its health
+is ``min(100%, overprovisioning_factor x healthy / capacity)`` (Envoy's priority
+levels, default factor 1.4, so a tier that is 71.4% healthy still takes all its
+traffic). Tiers are filled in order: each takes ``min(its health, what is left)`` of the
+traffic and the rest spills to the next. When the health of all tiers together is
+under 100%, the shares are scaled up in proportion, so all traffic still goes where
+health is. Inside the chosen tier, the local zone scope against the remote one follows
+the same rule. Everything is integer arithmetic in millionths of the traffic
+(:data:`TRAFFIC_UNITS`), with the factor and threshold as exact ratios, so 10 healthy
+of 14 is exactly 100%.
+
+Panic is considered only when the tiers' combined health is under 100%: a tier whose
+healthy share is then under ``Panic.threshold`` is *panicking*. Traffic assigned to it
+goes, under ``PanicMode.USE_ALL``, to its panic scope (ejected and unhealthy endpoints
+included; never DRAINING, DISABLED, PERMANENT-blocked, RETIRED or not-ready ones), and under
+``PanicMode.FAIL_CLOSED`` is refused. With no health anywhere, USE_ALL sends
+everything to the first tier with a panic candidate.
+
+The plan (the cumulative shares of each scope) is recomputed in O(tiers) whenever a
+count changes, never on a pick. When it sends all traffic to one home scope with a
+HEALTHY decision, the pool's hot path picks from that scope directly.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeAlias
+
+import attrs
+
+from .._decision import Decision, DecisionMode
+from .._endpoint import Endpoint
+from .._errors import ConfigError
+from ._circuit import Ticket
+from ._policies import Instant, Loads, Policy, TotalingLoads, ratio
+from ._state import EndpointState
+
+TRAFFIC_UNITS = 1_000_000
+"""Shares are integers in millionths of the traffic."""
+
+MAX_TOTAL_WEIGHT = 2**53
+"""The largest allowed sum of the pool's weights: weighted draws stay exact below it."""
+
+
+class PanicHook(Protocol):
+    """Called when a tier starts (``started=True``) or stops panicking."""
+
+    def __call__(self, tier: int, *, started: bool, healthy_share: float) -> None:
+        """Report the change for ``tier``, with its healthy share (healthy / capacity) now."""
+
+
+class PanicMode(enum.Enum):
+    """What a panicking scope does with the traffic routed to it."""
+
+    USE_ALL = "use_all"
+    """Broaden eligibility to the scope's ejected and unhealthy endpoints."""
+    FAIL_CLOSED = "fail_closed"
+    """Refuse: ``acquire`` raises :class:`NoEligibleEndpoints` (reason PANIC)."""
+
+
+def _check_fraction(knob: str, value: float, *, low: float, high: float, low_open: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ConfigError(knob, f"must be a number, got {value!r}")
+    if value > high or value < low or (low_open and value == low):
+        raise ConfigError(knob, f"must be in {'(' if low_open else '['}{low}, {high}], got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Panic:
+    """Opt-in panic routing: ``LoadBalancer(panic=Panic(threshold=0.5, mode=PanicMode.USE_ALL))``.
+
+    Off by default: the commonest pool is one dependency behind a breaker, and there an
+    always-on panic (Envoy's default) would send every call to the endpoint whose
+    circuit just opened. Panic is only considered when the tiers' combined health is
+    under 100%.
+
+    Attributes:
+        threshold: a tier panics when its healthy share is under this fraction, in (0, 1].
+        mode: :attr:`PanicMode.USE_ALL` or :attr:`PanicMode.FAIL_CLOSED`.
+    """
+
+    threshold: float = attrs.field(default=0.5)
+    mode: PanicMode = attrs.field(default=PanicMode.USE_ALL)
+
+    @threshold.validator
+    def _check_threshold(self, attribute: object, value: float) -> None:
+        _check_fraction("Panic.threshold", value, low=0.0, high=1.0, low_open=True)
+
+    @mode.validator
+    def _check_mode(self, attribute: object, value: PanicMode) -> None:
+        if not isinstance(value, PanicMode):
+            raise ConfigError("Panic.mode", f"must be a PanicMode, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Routing:
+    """Tier and zone routing knobs: ``LoadBalancer(routing=Routing(...))``.
+
+    Attributes:
+        overprovisioning_factor: a tier (or the local zone) keeps all its traffic while
+            ``healthy share x factor >= 100%``; below that the remainder spills to the
+            next tier (or the other zones) in proportion. Envoy's 1.4 by default; 1.0
+            spills as soon as one endpoint is unhealthy.
+        local_zone: prefer endpoints whose ``Endpoint.zone`` equals this, within each
+            tier, with the same spill rule; None (default) ignores zones.
+        max_total_weight: the largest sum of weights the pool may hold; a discovery
+            update past it is refused with :class:`ConfigError` (checked, never wraps).
+    """
+
+    overprovisioning_factor: float = attrs.field(default=1.4)
+    local_zone: str | None = attrs.field(default=None)
+    max_total_weight: int = attrs.field(default=MAX_TOTAL_WEIGHT)
+
+    @overprovisioning_factor.validator
+    def _check_factor(self, attribute: object, value: float) -> None:
+        _check_fraction("Routing.overprovisioning_factor", value, low=1.0, high=100.0, low_open=False)
+
+    @local_zone.validator
+    def _check_zone(self, attribute: object, value: str | None) -> None:
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError("Routing.local_zone", f"must be a non-empty string or None, got {value!r}")
+
+    @max_total_weight.validator
+    def _check_max_weight(self, attribute: object, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOTAL_WEIGHT:
+            raise ConfigError("Routing.max_total_weight", f"must be an int in [1, 2**53], got {value!r}")
+
+
+@attrs.frozen
+class PanicTicket(Ticket):
+    """The ticket of a panic permit on an endpoint whose circuit would refuse one.
+
+    A panic pick may land on an OPEN circuit (or a HALF_OPEN one whose probe slots are
+    taken). Such a permit carries the circuit's epoch but no slot: its outcome is
+    counted on the endpoint (successes, faults, latency) and never reaches the circuit,
+    so a panic call can neither close an OPEN circuit early, nor reopen, strike or block
+    it; only the circuit's own probe decides.
+    """
+
+
+_DECISIONS: dict[tuple[DecisionMode, int], Decision] = {}
+
+
+def decision(mode: DecisionMode, tier: int) -> Decision:
+    """The interned :class:`Decision` for ``(mode, tier)``: issuing one allocates nothing."""
+    found = _DECISIONS.get((mode, tier))
+    if found is None:
+        found = _DECISIONS[mode, tier] = Decision(mode, tier)
+    return found
+
+
+_HEALTHY = DecisionMode.HEALTHY
+_SPILLOVER = DecisionMode.SPILLOVER
+_PANIC = DecisionMode.PANIC
+
+
+class InflightView:
+    """``loads`` for a panic scope: read from the states (the hot path does not track them)."""
+
+    __slots__ = ("_candidates",)
+
+    def __init__(self, candidates: list[EndpointState]) -> None:
+        self._candidates = candidates
+
+    def __getitem__(self, index: int, /) -> int:
+        return self._candidates[index].inflight
+
+    def __len__(self) -> int:
+        return len(self._candidates)
+
+
+class Scope:
+    """Candidates of one part of one tier, with a picker over them.
+
+    Attributes:
+        tier: the tier this scope belongs to.
+        candidates: the members that may take a permit now; ``candidates[s.pos] is s``.
+        loads: ``loads[i] == candidates[i].inflight``, stored by the pool's hot path.
+        view: what the picker reads as loads (``loads``, or a view for a panic scope).
+        members: how many live endpoints are homed here.
+        capacity: how many of them an operator has not taken out (DRAINING, DISABLED).
+    """
+
+    __slots__ = (
+        "_added",
+        "_joined",
+        "_left",
+        "_removed",
+        "candidates",
+        "capacity",
+        "instant",
+        "loads",
+        "local",
+        "members",
+        "picker",
+        "tier",
+        "view",
+    )
+
+    panic = False
+    """Whether this is a tier's panic scope (its positions are ``state.ppos``)."""
+
+    def __init__(self, tier: Tier, policy: Policy, rng: random.Random, instant: Instant, *, local: bool) -> None:
+        self.tier = tier
+        self.local = local
+        self.candidates: list[EndpointState] = []
+        self.loads: list[int] = TotalingLoads() if getattr(policy, "tracks_load", False) else []
+        self.view: Loads = self._view()
+        self.members = 0
+        self.capacity = 0
+        self.instant = instant
+        picker = policy.bind(rng)
+        self.picker = picker
+        attach: Callable[[Scope], None] | None = getattr(picker, "attach", None)
+        if attach is not None:
+            attach(self)
+        self._added: Callable[[EndpointState, int], None] | None = getattr(picker, "added", None)
+        self._removed: Callable[[EndpointState, int, EndpointState | None], None] | None = getattr(
+            picker, "removed", None
+        )
+        self._joined: Callable[[EndpointState], None] | None = getattr(picker, "joined", None)
+        self._left: Callable[[EndpointState], None] | None = getattr(picker, "left", None)
+
+    def _view(self) -> Loads:
+        return self.loads
+
+    def __repr__(self) -> str:
+        side = "local" if self.local else "remote"
+        return f"<Scope tier={self.tier.number} {side} {len(self.candidates)}/{self.members}>"
+
+    def add(self, state: EndpointState) -> None:
+        """Make ``state`` a candidate (it must not be one)."""
+        pos = state.pos = len(self.candidates)
+        self.candidates.append(state)
+        self.loads.append(state.inflight)
+        if self._added is not None:
+            self._added(state, pos)
+
+    def remove(self, state: EndpointState) -> None:
+        """Stop ``state`` being a candidate (it must be one): swap with the last, O(1)."""
+        pos = state.pos
+        candidates = self.candidates
+        loads = self.loads
+        last = candidates.pop()
+        last_load = loads.pop()
+        moved = None
+        if last is not state:
+            candidates[pos] = last
+            loads[pos] = last_load
+            last.pos = pos
+            moved = last
+        state.pos = -1
+        if self._removed is not None:
+            self._removed(state, pos, moved)
+
+    def join(self, state: EndpointState) -> None:
+        """``state`` is now homed here."""
+        self.members += 1
+        if self._joined is not None:
+            self._joined(state)
+
+    def leave(self, state: EndpointState) -> None:
+        """``state`` is no longer homed here."""
+        self.members -= 1
+        if self._left is not None:
+            self._left(state)
+
+
+class PanicScope(Scope):
+    """A tier's panic set: every member panic may use, by ``state.ppos``."""
+
+    __slots__ = ()
+
+    panic = True
+
+    def _view(self) -> Loads:
+        return InflightView(self.candidates)
+
+    def __repr__(self) -> str:
+        return f"<PanicScope tier={self.tier.number} {len(self.candidates)}/{self.members}>"
+
+    def add(self, state: EndpointState) -> None:
+        """Make ``state`` a panic candidate."""
+        pos = state.ppos = len(self.candidates)
+        self.candidates.append(state)
+        if self._added is not None:
+            self._added(state, pos)
+
+    def remove(self, state: EndpointState) -> None:
+        """Stop ``state`` being a panic candidate."""
+        pos = state.ppos
+        candidates = self.candidates
+        last = candidates.pop()
+        moved = None
+        if last is not state:
+            candidates[pos] = last
+            last.ppos = pos
+            moved = last
+        state.ppos = -1
+        if self._removed is not None:
+            self._removed(state, pos, moved)
+
+
+class Tier:
+    """One priority level: its home scopes (local, and remote with a zone preference) and panic scope."""
+
+    __slots__ = ("local", "number", "panic", "panicking", "remote")
+
+    def __init__(
+        self,
+        number: int,
+        policy: Policy,
+        rng: random.Random,
+        instant: Instant,
+        *,
+        zoned: bool,
+        panic: bool,
+    ) -> None:
+        self.number = number
+        self.local = Scope(self, policy, rng, instant, local=True)
+        self.remote = Scope(self, policy, rng, instant, local=False) if zoned else None
+        self.panic = PanicScope(self, policy, rng, instant, local=True) if panic else None
+        self.panicking = False
+
+    def __repr__(self) -> str:
+        return f"<Tier {self.number} healthy={self.healthy}/{self.capacity} members={self.members}>"
+
+    def scopes(self) -> tuple[Scope, ...]:
+        """The home scopes, local first."""
+        return (self.local,) if self.remote is None else (self.local, self.remote)
+
+    @property
+    def healthy(self) -> int:
+        """Candidates across the home scopes."""
+        remote = self.remote
+        return len(self.local.candidates) + (len(remote.candidates) if remote is not None else 0)
+
+    @property
+    def capacity(self) -> int:
+        """Members not taken out by an operator."""
+        remote = self.remote
+        return self.local.capacity + (remote.capacity if remote is not None else 0)
+
+    @property
+    def members(self) -> int:
+        """Live endpoints homed in this tier."""
+        remote = self.remote
+        return self.local.members + (remote.members if remote is not None else 0)
+
+
+def health(healthy: int, capacity: int, factor: tuple[int, int]) -> int:
+    """``min(100%, factor x healthy / capacity)`` in traffic units (0 for no capacity)."""
+    if not capacity:
+        return 0
+    num, den = factor
+    return min(TRAFFIC_UNITS, TRAFFIC_UNITS * healthy * num // (capacity * den))
+
+
+def distribute(healths: Sequence[int]) -> list[int]:
+    """Envoy's priority load: each level takes ``min(health, rest)``, scaled when health is short.
+
+    Returns each level's share in traffic units; they sum to :data:`TRAFFIC_UNITS`, or
+    are all 0 when no level has health. The rounding remainder goes to the first level
+    with health.
+    """
+    total = min(TRAFFIC_UNITS, sum(healths))
+    if not total:
+        return [0] * len(healths)
+    shares = []
+    rest = TRAFFIC_UNITS
+    for h in healths:
+        share = min(rest, h * TRAFFIC_UNITS // total)
+        shares.append(share)
+        rest -= share
+    if rest:
+        for i, h in enumerate(healths):
+            if h:
+                shares[i] += rest
+                break
+    return shares
+
+
+Route: TypeAlias = tuple[int, Scope | None, Decision, Tier]
+"""``(cumulative share, scope or None to refuse, decision, tier)``."""
+
+
+class Router:
+    """The tiers of one pool and the plan that routes between them."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        rng: random.Random,
+        *,
+        instant: Instant,
+        routing: Routing,
+        panic: Panic | None,
+        on_panic: PanicHook,
+    ) -> None:
+        self._policy = policy
+        self._rng = rng
+        self._instant = instant
+        self.routing = routing
+        self.panic = panic
+        self.on_panic = on_panic
+        self._factor = ratio(routing.overprovisioning_factor)
+        self._threshold = ratio(panic.threshold) if panic is not None else (0, 1)
+        self._use_all = panic is not None and panic.mode is PanicMode.USE_ALL
+        self._zone = routing.local_zone
+        self.tiers: dict[int, Tier] = {}
+        self.order: list[Tier] = []
+        """Tiers with members, lowest number first."""
+        self.routes: list[Route] = []
+        self.fallback: list[tuple[Scope, Decision]] = []
+        """Every scope a call may go to, in preference order (for exclusions)."""
+        self.shares: dict[int, int] = {}
+        """Each tier's share of the traffic, in traffic units."""
+        self.fast: Scope | None = None
+        """The one home scope that gets all traffic as HEALTHY, if there is one."""
+
+    # -- homes -------------------------------------------------------------------------
+
+    def tier(self, number: int) -> Tier:
+        """The tier ``number``, created if new."""
+        tier = self.tiers.get(number)
+        if tier is None:
+            tier = self.tiers[number] = Tier(
+                number,
+                self._policy,
+                self._rng,
+                self._instant,
+                zoned=self._zone is not None,
+                panic=self.panic is not None,
+            )
+            self.order.append(tier)
+            self.order.sort(key=lambda t: t.number)
+        return tier
+
+    def home(self, endpoint: Endpoint) -> Scope:
+        """The scope ``endpoint`` belongs in."""
+        tier = self.tier(endpoint.tier)
+        if tier.remote is None or endpoint.zone == self._zone:
+            return tier.local
+        return tier.remote
+
+    def prune(self, tier: Tier) -> None:
+        """Forget ``tier`` if it has no members left."""
+        if tier.members == 0 and self.tiers.get(tier.number) is tier:
+            del self.tiers[tier.number]
+            self.order.remove(tier)
+            if tier.panicking:
+                tier.panicking = False
+                self.on_panic(tier.number, started=False, healthy_share=0.0)
+
+    # -- the plan ----------------------------------------------------------------------
+
+    def replan(self) -> None:
+        """Recompute shares, panic flags, routes and the fast scope: O(tiers)."""
+        order = self.order
+        factor = self._factor
+        preferred: Tier | None = None
+        healths = []
+        for tier in order:
+            capacity = tier.capacity
+            if preferred is None and capacity:
+                preferred = tier
+            healths.append(health(tier.healthy, capacity, factor))
+        shares = distribute(healths)
+        combined = min(TRAFFIC_UNITS, sum(healths))
+        self._flag_panic(combined)
+        routes: list[Route] = []
+        self.shares = {tier.number: share for tier, share in zip(order, shares, strict=True)}
+        if not combined:
+            if self._use_all:
+                for tier in order:
+                    if tier.panic is not None and tier.panic.candidates:
+                        routes.append((TRAFFIC_UNITS, tier.panic, decision(_PANIC, tier.number), tier))
+                        self.shares[tier.number] = TRAFFIC_UNITS
+                        break
+        else:
+            cum = 0
+            for tier, share in zip(order, shares, strict=True):
+                if not share:
+                    continue
+                if tier.panicking:
+                    cum += share
+                    target = tier.panic if self._use_all else None
+                    routes.append((cum, target, decision(_PANIC, tier.number), tier))
+                    continue
+                for part, scope in self._split(tier, share):
+                    cum += part
+                    routes.append((cum, scope, self._decision(tier, scope, preferred), tier))
+        self.routes = routes
+        only = routes[0] if len(routes) == 1 else None
+        self.fast = only[1] if only is not None and only[2].mode is _HEALTHY and type(only[1]) is Scope else None
+        self.fallback = self._fallback(preferred)
+
+    def _flag_panic(self, combined: int) -> None:
+        panic = self.panic
+        num, den = self._threshold
+        for tier in self.order:
+            capacity = tier.capacity
+            flag = (
+                panic is not None and combined < TRAFFIC_UNITS and capacity > 0 and tier.healthy * den < num * capacity
+            )
+            if flag != tier.panicking:
+                tier.panicking = flag
+                self.on_panic(tier.number, started=flag, healthy_share=tier.healthy / capacity if capacity else 0.0)
+
+    def _split(self, tier: Tier, share: int) -> list[tuple[int, Scope]]:
+        """The tier's share between its local and remote scopes (same spill rule)."""
+        local, remote = tier.local, tier.remote
+        if remote is None or not remote.candidates:
+            return [(share, local)]
+        if not local.candidates:
+            return [(share, remote)]
+        factor = self._factor
+        zone = distribute(
+            [
+                health(len(local.candidates), local.capacity, factor),
+                health(len(remote.candidates), remote.capacity, factor),
+            ]
+        )
+        near = share * zone[0] // TRAFFIC_UNITS
+        return [(near, local), (share - near, remote)] if near < share else [(share, local)]
+
+    @staticmethod
+    def _decision(tier: Tier, scope: Scope, preferred: Tier | None) -> Decision:
+        spill = tier is not preferred or (not scope.local and tier.local.capacity > 0)
+        return decision(_SPILLOVER if spill else _HEALTHY, tier.number)
+
+    def _fallback(self, preferred: Tier | None) -> list[tuple[Scope, Decision]]:
+        order: list[tuple[Scope, Decision]] = []
+        for tier in self.order:
+            if tier.panicking:
+                if self._use_all and tier.panic is not None:
+                    order.append((tier.panic, decision(_PANIC, tier.number)))
+                continue
+            order.extend((scope, self._decision(tier, scope, preferred)) for scope in tier.scopes())
+        return order
+
+    def choose(self, u: int) -> Route:
+        """The route for a uniform draw ``u`` in ``[0, TRAFFIC_UNITS)`` (routes must exist)."""
+        routes = self.routes
+        for route in routes:
+            if u < route[0]:
+                return route
+        return routes[-1]
