@@ -86,6 +86,8 @@ class TotalingLoads(list[int]):
 class Instant:
     """The pool's latest clock reading, shared with pickers that weigh time (:class:`PeakEwma`)."""
 
+    value: float
+
     __slots__ = ("value",)
 
     def __init__(self, value: float = 0.0) -> None:

@@ -94,6 +94,10 @@ class Pool:
     # Declared types (for type checkers and the public type surface); values are set in __init__.
     timed: bool
     suppressed_ejections: int
+    routing: Routing
+    panic: Panic | None
+    router: Router
+    on_panic: PanicHook
 
     def __init__(
         self,

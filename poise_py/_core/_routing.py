@@ -47,7 +47,7 @@ from .._decision import Decision, DecisionMode
 from .._endpoint import Endpoint
 from .._errors import ConfigError
 from ._circuit import Ticket
-from ._policies import Instant, Loads, Policy, TotalingLoads, ratio
+from ._policies import Instant, Loads, Picker, Policy, TotalingLoads, ratio
 from ._state import EndpointState
 
 TRAFFIC_UNITS = 1_000_000
@@ -196,6 +196,17 @@ class Scope:
         capacity: how many of them an operator has not taken out (DRAINING, DISABLED).
     """
 
+    # Declared types (for type checkers and the public type surface); values are set in __init__.
+    tier: Tier
+    local: bool
+    candidates: list[EndpointState]
+    loads: list[int]
+    view: Loads
+    members: int
+    capacity: int
+    instant: Instant
+    picker: Picker
+
     __slots__ = (
         "_added",
         "_joined",
@@ -218,9 +229,9 @@ class Scope:
     def __init__(self, tier: Tier, policy: Policy, rng: random.Random, instant: Instant, *, local: bool) -> None:
         self.tier = tier
         self.local = local
-        self.candidates: list[EndpointState] = []
-        self.loads: list[int] = TotalingLoads() if getattr(policy, "tracks_load", False) else []
-        self.view: Loads = self._view()
+        self.candidates = []
+        self.loads = TotalingLoads() if getattr(policy, "tracks_load", False) else []
+        self.view = self._view()
         self.members = 0
         self.capacity = 0
         self.instant = instant
@@ -318,6 +329,13 @@ class PanicScope(Scope):
 
 class Tier:
     """One priority level: its home scopes (local, and remote with a zone preference) and panic scope."""
+
+    # Declared types (for type checkers and the public type surface); values are set in __init__.
+    number: int
+    local: Scope
+    remote: Scope | None
+    panic: PanicScope | None
+    panicking: bool
 
     __slots__ = ("local", "number", "panic", "panicking", "remote")
 
