@@ -13,9 +13,9 @@ Three provider tiers, as an API gateway would have them:
 Every request goes through ``lb.call(..., attempts=3)``, which moves to another provider
 after a TRANSIENT or PERMANENT fault. The rate limit recovers fast: ``primary`` is back
 as soon as its Retry-After has passed, not after some longer health-filter window. All
-on virtual time, so the minute passes instantly. With tier routing (``Endpoint(tier=)``
-plus the routing policy) traffic prefers T0, spills to T2 while T0 is out, and comes
-back; without it, the providers share traffic and the faults still behave the same.
+on virtual time, so the minute passes instantly. Tier routing (``Endpoint(tier=)``)
+sends every request to T0 while it is healthy, spills to T2 while T0 is out (T1 being
+blocked), and comes back to T0 as soon as its probe succeeds (``docs/routing.md``).
 """
 
 from __future__ import annotations
