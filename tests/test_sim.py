@@ -137,3 +137,25 @@ def test_seed_002_coordinated_backoff_probes_a_dead_dependency_far_less() -> Non
     assert coordinated.probes_to_dead * 10 < local.probes_to_dead
     assert local.probes_to_dead * 5 < constant.probes_to_dead
     assert all(r.spurious_ejections == 0 for r in report.results)
+
+
+def test_discovery_churn_last_known_good_outlives_a_dead_publisher() -> None:
+    report = sim.run(sim.load_scenario("discovery-churn"))
+    by_name = {r.configuration: r for r in report.results}
+    last_known_good = by_name["poise_py default"]
+    fail_closed = by_name["poise_py fail-closed"]
+    unguarded = by_name["poise_py, max_ejection_percent = 100"]
+    assert fail_closed.success_rate < last_known_good.success_rate < unguarded.success_rate
+    assert last_known_good.success_rate > by_name["naive round-robin"].success_rate
+    assert unguarded.success_rate > 0.999
+    assert all(r.spurious_ejections == 0 for r in report.results)
+
+
+def test_seed_001_tier_waterfall_keeps_serving_through_rate_limits_and_a_revoked_key() -> None:
+    report = sim.run(sim.load_scenario("seed-001-llm-tiers"))
+    ours, naive, first_strike, _constant = report.results
+    assert ours.success_rate > 0.999
+    assert ours.success_rate > naive.success_rate
+    assert ours.success_rate > first_strike.success_rate
+    assert ours.spurious_ejections == 0
+    assert ours.no_eligible_while_alive == 0
