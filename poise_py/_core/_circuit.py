@@ -195,6 +195,8 @@ class Circuit:
     ejections: int
     stale_results: int
     suppressed_ejections: int
+    leased: bool
+    probe_limit: int
 
     __slots__ = (
         "_closed_ticket",

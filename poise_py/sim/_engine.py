@@ -192,7 +192,7 @@ class Engine:
         fleet: Fleet | None = None,
     ) -> None:
         self.models: dict[str, EndpointModel] = {m.id: m for m in models}
-        self.fleet = fleet or Fleet()
+        self.fleet: Fleet = fleet or Fleet()
         self._virtual = configuration.coordination
         """Coordinated runs go on Trio's MockClock so the coordinators' background polls follow
         virtual time; everything else is a synchronous loop with an injected clock (timers are
