@@ -159,3 +159,36 @@ def test_seed_001_tier_waterfall_keeps_serving_through_rate_limits_and_a_revoked
     assert ours.success_rate > first_strike.success_rate
     assert ours.spurious_ejections == 0
     assert ours.no_eligible_while_alive == 0
+
+
+FLEET = """
+name = "small-fleet"
+seed = 9
+
+[fleet]
+instances = 5
+
+[traffic]
+rps = 10
+duration = 300
+attempts = 1
+
+[[endpoints]]
+id = "dep"
+phases = [{ start = 0 }, { start = 30, error_rate = 1.0 }, { start = 200 }]
+
+[[configurations]]
+name = "coordinated"
+coordination = true
+"""
+
+
+def test_a_coordinated_fleet_run_is_deterministic_too(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(FLEET)
+    scenario = sim.load_scenario(path)
+    first = json.dumps(sim.run(scenario).to_json(), sort_keys=True)
+    assert first == json.dumps(sim.run(scenario).to_json(), sort_keys=True)
+    coordinated = sim.run(scenario).results[-1]
+    local = sim.run(scenario).results[0]
+    assert coordinated.probes_to_dead < local.probes_to_dead

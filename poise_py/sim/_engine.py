@@ -36,6 +36,7 @@ from .._faults import Fault
 from .._permit import Permit
 from .._publisher import DiscoveryPublisher
 from ._models import EndpointModel
+from ._virtual_loop import VirtualTimeLoop
 
 _EJECTED = frozenset({CircuitState.OPEN, CircuitState.BLOCKED, CircuitState.RETIRED})
 _RETRYABLE = frozenset({Fault.TRANSIENT, Fault.SUSPECT, Fault.FATAL, Fault.PERMANENT})
@@ -194,7 +195,7 @@ class Engine:
         self.models: dict[str, EndpointModel] = {m.id: m for m in models}
         self.fleet: Fleet = fleet or Fleet()
         self._virtual = configuration.coordination
-        """Coordinated runs go on Trio's MockClock so the coordinators' background polls follow
+        """Coordinated runs go on a virtual-time asyncio loop so the coordinators' background polls follow
         virtual time; everything else is a synchronous loop with an injected clock (timers are
         evaluated lazily, so nothing needs to run between events)."""
         self._lbs: list[LoadBalancer] = []
@@ -242,10 +243,7 @@ class Engine:
 
     def _run_loop(self) -> RunResult:
         if self._virtual:
-            import trio  # noqa: PLC0415 - fleets run on Trio's MockClock
-            import trio.testing  # noqa: PLC0415
-
-            return trio.run(self._run, clock=trio.testing.MockClock(autojump_threshold=0))
+            return anyio.run(self._run, backend="asyncio", backend_options={"loop_factory": VirtualTimeLoop})
         return anyio.run(self._run)
 
     def _endpoint(self, model: EndpointModel) -> Endpoint:
