@@ -95,6 +95,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BaseExceptionGroup as group:
+        # Ctrl-C inside a task group arrives wrapped; every task has ended by now.
+        _, rest = group.split(KeyboardInterrupt)
+        if rest is not None:
+            raise
+        print("interrupted", file=sys.stderr)
         return 130
 
 
