@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,9 @@ def _simulate(args: argparse.Namespace) -> int:
         for name in sim.builtin_names():
             print(f"{name}: {sim.load_scenario(name).description.splitlines()[0]}")
         return 0
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print("poise simulate: --plot needs matplotlib: pip install 'poise_py[sim]'", file=sys.stderr)
+        return 2
     try:
         scenarios = [sim.load_scenario(s) for s in (args.scenario or sim.builtin_names())]
     except ConfigError as exc:
