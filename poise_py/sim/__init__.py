@@ -27,7 +27,6 @@ from ._models import Phase as Phase
 from ._models import RateLimit as RateLimit
 from ._run import Report as Report
 from ._run import run as run
-from ._scenario import EndpointSpec as EndpointSpec
 from ._scenario import Scenario as Scenario
 from ._scenario import builtin_names as builtin_names
 from ._scenario import default_configurations as default_configurations

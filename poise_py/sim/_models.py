@@ -113,11 +113,15 @@ class Response:
     hang: bool = False
 
 
-@attrs.define(eq=False)
+@attrs.frozen(kw_only=True, eq=False)
 class EndpointModel:
-    """One simulated endpoint: its schedule, cycle and rate limit, with running state."""
+    """One simulated endpoint: its schedule, cycle and rate limit.
 
-    id: str
+    The only running state is the rate limiter's recent calls; :meth:`fresh` gives a copy
+    with none, so every configuration's run starts from the same endpoint.
+    """
+
+    id: str = attrs.field(kw_only=False)
     tier: int = 0
     zone: str | None = None
     weight: int = 1
@@ -131,10 +135,15 @@ class EndpointModel:
     _starts: list[float] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.phases = tuple(sorted(self.phases, key=lambda p: p.start))
-        if not self.phases or self.phases[0].start > 0:
-            self.phases = (Phase(), *self.phases)
-        self._starts = [p.start for p in self.phases]
+        phases = tuple(sorted(self.phases, key=lambda p: p.start))
+        if not phases or phases[0].start > 0:
+            phases = (Phase(), *phases)
+        object.__setattr__(self, "phases", phases)
+        object.__setattr__(self, "_starts", [p.start for p in phases])
+
+    def fresh(self) -> EndpointModel:
+        """A copy with no running state (an empty rate-limiter history)."""
+        return attrs.evolve(self)
 
     def phase_at(self, now: float) -> Phase:
         """The phase in force at ``now``."""

@@ -60,7 +60,7 @@ def run(
     for config in scenario.all_configurations():
         report = None if progress is None else (lambda t, name=config.name: progress(name, t))
         engine = Engine(
-            [spec.build() for spec in scenario.endpoints],
+            [model.fresh() for model in scenario.endpoints],
             scenario.traffic,
             config,
             seed=seed,

@@ -74,37 +74,6 @@ def _policies() -> dict[str, Callable[[], Policy]]:
 
 
 @attrs.frozen(kw_only=True)
-class EndpointSpec:
-    """How to build one endpoint model (models keep running state, so each run builds anew)."""
-
-    id: str
-    tier: int = 0
-    zone: str | None = None
-    weight: int = 1
-    latency: Latency = attrs.field(factory=Latency)
-    phases: tuple[Phase, ...] = (Phase(),)
-    flap: Flap | None = None
-    rate_limit: RateLimit | None = None
-    joins_at: float = 0.0
-    leaves_at: float | None = None
-
-    def build(self) -> EndpointModel:
-        """A fresh model."""
-        return EndpointModel(
-            id=self.id,
-            tier=self.tier,
-            zone=self.zone,
-            weight=self.weight,
-            latency=self.latency,
-            phases=self.phases,
-            flap=self.flap,
-            rate_limit=self.rate_limit,
-            joins_at=self.joins_at,
-            leaves_at=self.leaves_at,
-        )
-
-
-@attrs.frozen(kw_only=True)
 class Scenario:
     """A whole simulated situation.
 
@@ -117,7 +86,7 @@ class Scenario:
     description: str = ""
     seed: int = 1
     traffic: Traffic = attrs.field(factory=Traffic)
-    endpoints: tuple[EndpointSpec, ...]
+    endpoints: tuple[EndpointModel, ...]
     configurations: tuple[Configuration, ...] = ()
     discovery: DiscoverySpec | None = None
     fleet: Fleet = attrs.field(factory=Fleet)
@@ -184,10 +153,10 @@ def _phase(value: object, where: str) -> Phase:
     return _build(Phase, table, where)  # type: ignore[no-any-return]
 
 
-def _endpoints(raw: object) -> tuple[EndpointSpec, ...]:
+def _endpoints(raw: object) -> tuple[EndpointModel, ...]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError("endpoints", "must be a non-empty array of tables")
-    specs: list[EndpointSpec] = []
+    specs: list[EndpointModel] = []
     for n, item in enumerate(raw):
         where = f"endpoints[{n}]"
         table = _table(item, where)
@@ -207,7 +176,7 @@ def _endpoints(raw: object) -> tuple[EndpointSpec, ...]:
         if "rate_limit" in table:
             table["rate_limit"] = _build(RateLimit, table["rate_limit"], f"{where}.rate_limit")
         ids = [base_id] if count is None else [f"{base_id}{i}" for i in range(1, int(count) + 1)]
-        specs.extend(_build(EndpointSpec, {**table, "id": i}, where) for i in ids)
+        specs.extend(_build(EndpointModel, {**table, "id": i}, where) for i in ids)
     seen: set[str] = set()
     for spec in specs:
         if spec.id in seen:
