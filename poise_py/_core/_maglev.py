@@ -128,20 +128,25 @@ def build(members: Iterable[EndpointState], size: int) -> list[EndpointState]:
         skips.append(skip)
     weights = [s.endpoint.weight for s in ordered]
     heaviest = max(weights)
+
+    def claim(i: int) -> None:
+        """Member ``i`` takes the next free slot of its permutation."""
+        c = nexts[i]
+        skip = skips[i]
+        while table[c] is not None:
+            c += skip
+            if c >= size:
+                c -= size
+        table[c] = ordered[i]
+        c += skip
+        nexts[i] = c - size if c >= size else c
+
     filled = 0
     if min(weights) == heaviest:
         order = range(n)  # equal weights: plain turns, member by member
         while filled < size:
             for i in order:
-                c = nexts[i]
-                skip = skips[i]
-                while table[c] is not None:
-                    c += skip
-                    if c >= size:
-                        c -= size
-                table[c] = ordered[i]
-                c += skip
-                nexts[i] = c - size if c >= size else c
+                claim(i)
                 filled += 1
                 if filled == size:
                     break
@@ -153,15 +158,7 @@ def build(members: Iterable[EndpointState], size: int) -> list[EndpointState]:
         taken = [0] * n
         while filled < size:
             i = turns[0][1]
-            c = nexts[i]
-            skip = skips[i]
-            while table[c] is not None:
-                c += skip
-                if c >= size:
-                    c -= size
-            table[c] = ordered[i]
-            c += skip
-            nexts[i] = c - size if c >= size else c
+            claim(i)
             filled += 1
             k = taken[i] = taken[i] + 1
             heapq.heapreplace(turns, (k * heaviest // weights[i], i))
