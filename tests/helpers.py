@@ -11,6 +11,15 @@ TRIO_MOCK_CLOCK = ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0
 """An ``anyio_backend`` value for a Trio-only test: sleeps jump virtual time."""
 
 
+TRIP_AT_ONCE = poise.CircuitPolicy(
+    consecutive_failures=1,
+    minimum_volume=1,
+    max_ejection_percent=100,
+    escalation=poise.Escalation(base=30.0, jitter=0.0),
+)
+"""A circuit that opens on the first strike, for 30 s exactly, with no ejection guard."""
+
+
 @attrs.define
 class FakeClock:
     """A clock that only moves when told to: inject with ``LoadBalancer(clock=clock)``."""

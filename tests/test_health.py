@@ -15,17 +15,10 @@ import pytest
 
 import poise_py as poise
 from poise_py import AdminStatus, CircuitState, Fault, HealthStatus, IneligibleReason
-from tests.helpers import endpoints
+from tests.helpers import TRIP_AT_ONCE, endpoints
 from tests.virtual_asyncio import VIRTUAL_BACKENDS, virtual_backend
 
 pytestmark = pytest.mark.anyio
-
-FAST_TRIP = poise.CircuitPolicy(
-    consecutive_failures=1,
-    minimum_volume=1,
-    max_ejection_percent=100.0,
-    escalation=poise.Escalation(base=30.0, jitter=0.0),
-)
 
 
 @pytest.fixture(params=VIRTUAL_BACKENDS)
@@ -261,7 +254,7 @@ async def eject(lb: poise.LoadBalancer) -> None:
 
 async def test_a_passing_probe_unejects_a_passively_ejected_endpoint() -> None:
     probe = ScriptedProbe()
-    async with health_lb(probe, "a", circuit=FAST_TRIP, healthy_threshold=1, interval=10.0) as lb:
+    async with health_lb(probe, "a", circuit=TRIP_AT_ONCE, healthy_threshold=1, interval=10.0) as lb:
         await probe.answer("a", healthy=True)
         await eject(lb)
         opened = lb.snapshot()["a"]
@@ -278,7 +271,7 @@ async def test_a_passing_probe_unejects_a_passively_ejected_endpoint() -> None:
 
 async def test_uneject_off_leaves_the_breaker_in_charge() -> None:
     probe = ScriptedProbe()
-    async with health_lb(probe, "a", circuit=FAST_TRIP, healthy_threshold=1, uneject=False) as lb:
+    async with health_lb(probe, "a", circuit=TRIP_AT_ONCE, healthy_threshold=1, uneject=False) as lb:
         await probe.answer("a", healthy=True)
         await eject(lb)
         await probe.answer("a", healthy=True)
@@ -288,7 +281,7 @@ async def test_uneject_off_leaves_the_breaker_in_charge() -> None:
 
 async def test_a_probe_started_before_the_ejection_does_not_uneject() -> None:
     probe = ScriptedProbe()
-    async with health_lb(probe, "a", circuit=FAST_TRIP, healthy_threshold=1, timeout=5.0) as lb:
+    async with health_lb(probe, "a", circuit=TRIP_AT_ONCE, healthy_threshold=1, timeout=5.0) as lb:
         await probe.answer("a", healthy=True)
         call = await probe.next_call("a")
         await eject(lb)
@@ -338,7 +331,7 @@ async def test_an_active_check_never_clears_a_permanent_block_but_an_operator_do
 
 async def test_forced_healthy_overrides_active_health_but_not_the_circuit() -> None:
     probe = ScriptedProbe()
-    async with health_lb(probe, "a", circuit=FAST_TRIP, unhealthy_threshold=1) as lb:
+    async with health_lb(probe, "a", circuit=TRIP_AT_ONCE, unhealthy_threshold=1) as lb:
         await probe.answer("a", healthy=False)
         assert refusals(lb) == {IneligibleReason.UNHEALTHY: 1}
         lb.set_status("a", AdminStatus.FORCED_HEALTHY)

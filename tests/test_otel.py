@@ -12,16 +12,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoi
 import poise_py as poise
 from poise_py._core._state import SATURATED, count_selection
 from poise_py.contrib.otel import ENDPOINT, FAULT, MODE, instrument
-from tests.helpers import FakeClock, static_lb
+from tests.helpers import TRIP_AT_ONCE, FakeClock, static_lb
 
 pytestmark = pytest.mark.anyio
-
-TRIP = poise.CircuitPolicy(
-    consecutive_failures=1,
-    minimum_volume=1,
-    max_ejection_percent=100,
-    escalation=poise.Escalation(base=30.0, jitter=0.0),
-)
 
 
 def points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], int | float]]]:
@@ -51,7 +44,7 @@ def value(found: dict[str, list[tuple[dict[str, Any], int | float]]], name: str,
 async def test_instruments_report_counters_with_endpoint_and_mode_attributes(clock: FakeClock) -> None:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    async with static_lb("a", "b", circuit=TRIP, clock=clock) as lb:
+    async with static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock) as lb:
         metrics = instrument(lb, meter_provider=provider)
         for _ in range(3):
             async with lb.acquire(exclude=["b"]):

@@ -14,16 +14,9 @@ import poise_py as poise
 from poise_py import CircuitState, DecisionMode, Fault
 from poise_py._core._state import SATURATED, count_selection
 from poise_py._logs import LimitedLog, LogLimit, RateLimiter
-from tests.helpers import TRIO_MOCK_CLOCK, FakeClock, endpoints, static_lb
+from tests.helpers import TRIO_MOCK_CLOCK, TRIP_AT_ONCE, FakeClock, endpoints, static_lb
 
 pytestmark = pytest.mark.anyio
-
-TRIP = poise.CircuitPolicy(
-    consecutive_failures=1,
-    minimum_volume=1,
-    max_ejection_percent=100,
-    escalation=poise.Escalation(base=30.0, jitter=0.0),
-)
 
 
 async def strike(lb: poise.LoadBalancer, endpoint_id: str | None = None) -> None:
@@ -41,7 +34,7 @@ def drain(stream: poise.EventStream) -> list[poise.BalancerEvent]:
 
 
 async def test_a_circuit_cycle_emits_opened_ejected_half_opened_closed_readmitted(clock: FakeClock) -> None:
-    async with static_lb("a", "b", circuit=TRIP, clock=clock) as lb:
+    async with static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock) as lb:
         stream = lb.events()
         seen: list[poise.BalancerEvent] = []
         lb.add_observer(seen.append)
@@ -78,7 +71,7 @@ async def test_a_circuit_cycle_emits_opened_ejected_half_opened_closed_readmitte
 
 
 async def test_a_failed_probe_reopens_without_a_second_ejection_event(clock: FakeClock) -> None:
-    async with static_lb("a", circuit=TRIP, clock=clock) as lb:
+    async with static_lb("a", circuit=TRIP_AT_ONCE, clock=clock) as lb:
         stream = lb.events()
         await strike(lb)
         clock.advance(30.0)
@@ -106,7 +99,7 @@ async def test_a_permanent_fault_emits_an_ejection_into_blocked(clock: FakeClock
 @pytest.mark.parametrize("anyio_backend", [TRIO_MOCK_CLOCK], ids=["trio"])
 async def test_async_for_over_events_sees_the_timer_driven_half_open() -> None:
     async with anyio.create_task_group() as tg:
-        lb = static_lb("a", circuit=TRIP)
+        lb = static_lb("a", circuit=TRIP_AT_ONCE)
         got: list[poise.BalancerEvent] = []
 
         async def watch(stream: poise.EventStream) -> None:
@@ -124,7 +117,7 @@ async def test_async_for_over_events_sees_the_timer_driven_half_open() -> None:
 
 
 async def test_a_slow_subscriber_loses_the_oldest_events_and_counts_them(clock: FakeClock) -> None:
-    async with static_lb("a", circuit=TRIP, clock=clock) as lb:
+    async with static_lb("a", circuit=TRIP_AT_ONCE, clock=clock) as lb:
         stream = lb.events(buffer=2)
         for _ in range(3):
             await strike(lb)  # opened + ejected
@@ -139,7 +132,7 @@ async def test_a_slow_subscriber_loses_the_oldest_events_and_counts_them(clock: 
 
 
 async def test_a_stream_ends_when_the_balancer_stops_after_draining_its_buffer(clock: FakeClock) -> None:
-    lb = static_lb("a", circuit=TRIP, clock=clock)
+    lb = static_lb("a", circuit=TRIP_AT_ONCE, clock=clock)
     async with lb:
         stream = lb.events()
         await strike(lb)
@@ -149,7 +142,7 @@ async def test_a_stream_ends_when_the_balancer_stops_after_draining_its_buffer(c
 
 
 async def test_a_closed_stream_receives_nothing_more(clock: FakeClock) -> None:
-    async with static_lb("a", circuit=TRIP, clock=clock) as lb:
+    async with static_lb("a", circuit=TRIP_AT_ONCE, clock=clock) as lb:
         async with lb.events() as stream:
             pass
         await strike(lb)
@@ -158,7 +151,7 @@ async def test_a_closed_stream_receives_nothing_more(clock: FakeClock) -> None:
 
 
 async def test_an_unreferenced_stream_stops_being_fed(clock: FakeClock) -> None:
-    async with static_lb("a", circuit=TRIP, clock=clock) as lb:
+    async with static_lb("a", circuit=TRIP_AT_ONCE, clock=clock) as lb:
         lb.events()
         gc.collect()
         assert len(lb._telemetry._streams) == 0
@@ -172,7 +165,7 @@ async def test_a_raising_observer_is_logged_and_the_others_still_run(
     def broken(event: poise.BalancerEvent) -> None:
         raise RuntimeError("observer bug")
 
-    async with static_lb("a", circuit=TRIP, clock=clock) as lb:
+    async with static_lb("a", circuit=TRIP_AT_ONCE, clock=clock) as lb:
         lb.add_observer(broken)
         lb.add_observer(lambda e: seen.append(type(e).__name__))
         with caplog.at_level(logging.ERROR, logger="poise_py"):
@@ -186,7 +179,7 @@ async def test_a_raising_observer_is_logged_and_the_others_still_run(
 
 async def test_an_event_emitted_by_an_observer_is_delivered_after_the_current_one(clock: FakeClock) -> None:
     order: list[str] = []
-    async with static_lb("a", circuit=TRIP, clock=clock) as lb:
+    async with static_lb("a", circuit=TRIP_AT_ONCE, clock=clock) as lb:
 
         def first(event: poise.BalancerEvent) -> None:
             order.append(f"first:{type(event).__name__}")
@@ -346,7 +339,7 @@ async def test_routing_counts_spillover_and_panic_and_healthy_is_the_rest(clock:
 
 async def test_a_flapping_endpoint_cannot_flood_the_log(clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
     limit = poise.LogLimit(burst=3, interval=60.0)
-    async with static_lb("a", "b", circuit=TRIP, clock=clock, log_limit=limit) as lb:
+    async with static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock, log_limit=limit) as lb:
         with caplog.at_level(logging.DEBUG, logger="poise_py"):
             for _ in range(50):  # 50 flaps in 50 x 30 s: 150 circuit moves
                 await strike(lb, "a")
@@ -365,7 +358,7 @@ async def test_one_endpoints_flapping_does_not_silence_another(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     limit = poise.LogLimit(burst=2, interval=3600.0)
-    async with static_lb("a", "b", circuit=TRIP, clock=clock, log_limit=limit) as lb:
+    async with static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock, log_limit=limit) as lb:
         with caplog.at_level(logging.DEBUG, logger="poise_py"):
             for _ in range(5):
                 await strike(lb, "a")
@@ -482,7 +475,7 @@ async def test_one_empty_result_at_start_up_does_not_alert(clock: FakeClock) -> 
 async def test_no_eligible_alerts_once_when_it_persists_and_clears_when_calls_succeed(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with static_lb("a", circuit=TRIP, clock=clock, no_eligible_alert_after=5.0) as lb:
+    async with static_lb("a", circuit=TRIP_AT_ONCE, clock=clock, no_eligible_alert_after=5.0) as lb:
         stream = lb.events()
         await strike(lb)
         with caplog.at_level(logging.ERROR, logger="poise_py"):
@@ -533,7 +526,7 @@ async def test_excluding_every_endpoint_is_not_a_pool_outage(clock: FakeClock) -
 
 
 async def test_the_alert_can_be_disabled(clock: FakeClock) -> None:
-    async with static_lb("a", circuit=TRIP, clock=clock, no_eligible_alert_after=None) as lb:
+    async with static_lb("a", circuit=TRIP_AT_ONCE, clock=clock, no_eligible_alert_after=None) as lb:
         await strike(lb)
         for _ in range(10):
             with pytest.raises(poise.NoEligibleEndpoints):
@@ -545,7 +538,7 @@ async def test_the_alert_can_be_disabled(clock: FakeClock) -> None:
 
 @pytest.mark.parametrize("anyio_backend", [TRIO_MOCK_CLOCK], ids=["trio"])
 async def test_the_alert_fires_on_time_even_when_callers_stop_calling() -> None:
-    async with static_lb("a", circuit=TRIP, no_eligible_alert_after=5.0) as lb:
+    async with static_lb("a", circuit=TRIP_AT_ONCE, no_eligible_alert_after=5.0) as lb:
         stream = lb.events()
         await strike(lb)
         start = anyio.current_time()
