@@ -36,7 +36,6 @@ from ._errors import (
     DiscoveryClosed,
     DiscoveryError,
     EmptyPool,
-    IneligibleReason,
     NoEligibleEndpoints,
     NotDraining,
     NotRunning,
@@ -415,7 +414,7 @@ class LoadBalancer:
         if not isinstance(status, AdminStatus):
             raise ConfigError("status", f"must be an AdminStatus, got {status!r}")
         state = self._pool.set_admin(endpoint_id, status)
-        if status is AdminStatus.AUTO and state.circuit.refusal() in _OPERATOR_CLEARED:
+        if status is AdminStatus.AUTO and state.circuit.parked:
             self._pool.reset_circuit(state, self._clock())
         if self._health is not None:
             self._health.set_admin(state, status, self._clock())
@@ -682,7 +681,6 @@ def _first_exception(group: BaseException) -> Exception | None:
     return group if isinstance(group, Exception) else None
 
 
-_OPERATOR_CLEARED = frozenset({IneligibleReason.PERMANENT, IneligibleReason.RETIRED})
 _DRAINS = frozenset({AdminStatus.DRAINING, AdminStatus.DISABLED})
 
 

@@ -8,7 +8,6 @@ task ends with it.
 from __future__ import annotations
 
 import functools
-import math
 import random
 import sys
 import time
@@ -27,6 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 import poise_py as poise
+from poise_py.sim._engine import percentile
 
 MAX_HEADER = 16_384
 
@@ -125,8 +125,8 @@ class RunSummary:
     name: str
     requests: int
     successes: int
-    p50: float
-    p99: float
+    p50: float | None
+    p99: float | None
     ejections: int
     probes: int
     broken_hits: int
@@ -136,13 +136,6 @@ class RunSummary:
     def success_rate(self) -> float:
         """Successful requests / requests."""
         return self.successes / self.requests if self.requests else 0.0
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def _state_table(title: str, lb: poise.LoadBalancer, done: int, total: int) -> Table:
@@ -212,12 +205,13 @@ async def _drive(
             snap = lb.snapshot()
         if show is not None:
             show(_state_table(name, lb, requests, requests))
+    latencies.sort()
     return RunSummary(
         name=name,
         requests=requests,
         successes=successes,
-        p50=_percentile(latencies, 0.5),
-        p99=_percentile(latencies, 0.99),
+        p50=percentile(latencies, 0.5),
+        p99=percentile(latencies, 0.99),
         ejections=sum(e.counters.ejections for e in snap.endpoints),
         probes=sum(e.counters.probes for e in snap.endpoints),
         broken_hits=backends["broken"].hits - broken_before,
@@ -227,6 +221,10 @@ async def _drive(
 
 def _everything_transient(exc: BaseException) -> poise.Fault:
     return poise.Fault.TRANSIENT  # naive: retry elsewhere, learn nothing
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
 
 
 def _summary_table(runs: list[RunSummary]) -> Table:
@@ -239,8 +237,8 @@ def _summary_table(runs: list[RunSummary]) -> Table:
         table.add_row(
             r.name,
             f"[bold green]{rate}[/]" if r.success_rate == best else rate,
-            f"{r.p50 * 1000:.1f} ms",
-            f"{r.p99 * 1000:.1f} ms",
+            _ms(r.p50),
+            _ms(r.p99),
             str(r.ejections),
             str(r.probes),
             str(r.broken_hits),

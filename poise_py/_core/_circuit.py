@@ -270,6 +270,11 @@ class Circuit:
         return self.state is _O or self.state is _H
 
     @property
+    def parked(self) -> bool:
+        """BLOCKED or RETIRED: only :meth:`reset` (an operator, or rediscovery) brings it back."""
+        return self.state is _B or self.state is _R
+
+    @property
     def consecutive_failures(self) -> int:
         """The current run of SUSPECT faults."""
         return self._consecutive

@@ -50,7 +50,6 @@ _DISABLED = AdminStatus.DISABLED
 _OPEN = CircuitState.OPEN
 _CLOSED = CircuitState.CLOSED
 _AUTO = AdminStatus.AUTO
-_REDISCOVERY_CLEARS = frozenset({IneligibleReason.PERMANENT, IneligibleReason.RETIRED})
 _BLOCKED = CircuitState.BLOCKED
 _RETIRED = CircuitState.RETIRED
 _HEALTHY = DecisionMode.HEALTHY
@@ -195,7 +194,7 @@ class Pool:
                 self._attach(state)
             # Re-emitted with a new definition (a rotated key, a moved address): a block
             # or a retirement was about the old one, so the circuit starts afresh.
-            if state.circuit.refusal() in _REDISCOVERY_CLEARS:
+            if state.circuit.parked:
                 self._moved(state, state.circuit.reset(now))
         observed = self._observe is not None
         for endpoint in added:

@@ -37,13 +37,12 @@ from .._endpoint import Endpoint
 from .._errors import ConfigError
 from .._faults import Classification, Fault
 from .._permit import Permit
+from .._retry import RETRYABLE
 
 __all__ = ["IDEMPOTENT_METHODS", "PoiseTransport", "endpoint_url"]
 
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 """Methods that may be sent again to another endpoint when ``attempts > 1``."""
-
-_RETRYABLE = frozenset({Fault.TRANSIENT, Fault.SUSPECT, Fault.FATAL, Fault.PERMANENT})
 
 
 def endpoint_url(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
@@ -135,7 +134,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
                 response = await self._send(permit, request)
             except Exception as exc:
                 fault = self._fail(permit, exc)
-                if last or fault not in _RETRYABLE or not self._may_retry(tried):
+                if last or fault not in RETRYABLE or not self._may_retry(tried):
                     raise
                 continue
             except BaseException:
@@ -151,7 +150,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
                 )
             fault, retry_after = _split(verdict)
             permit.fail(fault, retry_after=retry_after)
-            if last or fault not in _RETRYABLE or not self._may_retry(tried):
+            if last or fault not in RETRYABLE or not self._may_retry(tried):
                 return response
             await response.aclose()
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover

@@ -35,11 +35,11 @@ from .._errors import ConfigError, NoEligibleEndpoints, SelectionError
 from .._faults import Fault
 from .._permit import Permit
 from .._publisher import DiscoveryPublisher
+from .._retry import RETRYABLE
 from ._models import EndpointModel
 from ._virtual_loop import VirtualTimeLoop
 
 _EJECTED = frozenset({CircuitState.OPEN, CircuitState.BLOCKED, CircuitState.RETIRED})
-_RETRYABLE = frozenset({Fault.TRANSIENT, Fault.SUSPECT, Fault.FATAL, Fault.PERMANENT})
 
 
 class Reporting(enum.Enum):
@@ -159,7 +159,8 @@ class RunResult:
         return sum(self.readmit_times) / len(self.readmit_times) if self.readmit_times else None
 
 
-def _percentile(sorted_values: Sequence[float], q: float) -> float | None:
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of already sorted values; None when there are none."""
     if not sorted_values:
         return None
     i = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
@@ -423,7 +424,7 @@ class Engine:
             self._finish(request, ok=True)
             return
         request.attempt += 1
-        if fault in _RETRYABLE and request.attempt < self.traffic.attempts and self._budget.try_withdraw(self.now):
+        if fault in RETRYABLE and request.attempt < self.traffic.attempts and self._budget.try_withdraw(self.now):
             self._start(request)
         else:
             self._finish(request, ok=False)
@@ -496,8 +497,8 @@ class Engine:
             configuration=self.config.name,
             requests=self._requests,
             successes=self._successes,
-            latencies_p50=_percentile(latencies, 0.50),
-            latencies_p99=_percentile(latencies, 0.99),
+            latencies_p50=percentile(latencies, 0.50),
+            latencies_p99=percentile(latencies, 0.99),
             capacity_retained=sum(self._capacity) / len(self._capacity) if self._capacity else 1.0,
             spurious_ejections=self._spurious,
             deserved_ejections=self._deserved,
