@@ -299,7 +299,7 @@ async def serve(
     ``port=0`` picks a free port; ``await task_group.start(serve, app)`` returns the port
     once the socket listens. Needs the extra ``poise_py[status]`` (hypercorn).
     """
-    require("poise_py.contrib.status.serve", "status", ["hypercorn"])
+    require("poise_py.contrib.status", "status", ["hypercorn"])
     from hypercorn.config import Config  # noqa: PLC0415 - optional dependency
 
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
