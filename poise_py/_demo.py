@@ -299,14 +299,19 @@ def _percent(rate: float) -> str:
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1.0 else f"{seconds:.2f} s"
 
 
 def summary_table(runs: list[RunSummary]) -> Table:
     """The two runs side by side; what does not apply to naive round-robin is a dash."""
     table = Table(title="the same traffic, two balancers", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for col in ("balancer", "success", "p50", "p99", "ejected", "readmitted", "to broken"):
-        table.add_column(col, justify="left" if col == "balancer" else "right", no_wrap=col != "balancer")
+        if col == "balancer":
+            table.add_column(col, min_width=len("round-robin"))
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
     best = max(r.success_rate for r in runs)
     for r in runs:
         rate = _percent(r.success_rate)

@@ -96,9 +96,7 @@ async def test_chromium_lists_every_endpoint_and_shows_a_circuit_open_soon_after
 
     async with lb, anyio.create_task_group() as tg:
         port = await tg.start(serve, app)
-        listed, before, events = await anyio.to_thread.run_sync(
-            _drive, f"http://127.0.0.1:{port}/", trip, screenshot
-        )
+        listed, before, events = await anyio.to_thread.run_sync(_drive, f"http://127.0.0.1:{port}/", trip, screenshot)
         tg.cancel_scope.cancel()
     assert listed == ["a", "b", "c"]
     assert before == "closed"
