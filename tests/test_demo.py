@@ -209,4 +209,5 @@ def test_demo_web_serves_the_status_page_of_both_balancers_while_it_runs() -> No
     assert page.status_code == 200
     assert [b["name"] for b in data["balancers"]] == ["poise_py", "naive round-robin"]
     assert len(data["balancers"][0]["endpoints"]) == 6
+    assert proc.returncode == 130  # Ctrl-C stops the server with everything else
     assert "Traceback" not in err
