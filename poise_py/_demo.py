@@ -13,7 +13,7 @@ import random
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import anyio
 import anyio.abc
@@ -187,41 +187,61 @@ COLOURS = {
 }
 
 
-def _state_table(title: str, lb: poise.LoadBalancer, log: EventLog, *, learns: bool) -> Table:
-    """The live table; naive round-robin has no circuits worth showing, so only its traffic."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
-    columns: tuple[str, ...] = ("endpoint", "state", "epoch", "in-flight", "ok", "faults", "ejected", "readmitted")
-    if not learns:
-        columns = ("endpoint", "in-flight", "ok", "errors", "share of calls")
+POISE_COLUMNS = ("endpoint", "state", "epoch", "in-flight", "ok", "faults", "ejected", "readmitted")
+NAIVE_COLUMNS = ("endpoint", "in-flight", "ok", "errors", "share of calls")
+"""Naive round-robin has no circuits worth showing, so only its traffic."""
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    """A compact table (single-space gutters) that keeps whole headers at 80 columns."""
+    out = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
     for col in columns:
-        table.add_column(col, justify="left" if col in {"endpoint", "state"} else "right", no_wrap=True)
+        out.add_column(col, justify="left" if col in {"endpoint", "state", "balancer"} else "right", no_wrap=True)
+    for row in rows:
+        out.add_row(*row)
+    return out
+
+
+def _state_rows(lb: poise.LoadBalancer, log: EventLog, *, learns: bool) -> list[tuple[str, ...]]:
     snap = lb.snapshot()
     issued = sum(e.counters.issued for e in snap.endpoints) or 1
+    rows: list[tuple[str, ...]] = []
     for e in snap.endpoints:
         c = e.counters
         faults = str(sum(c.faults.values()))
         if learns:
             state = e.state.value
-            table.add_row(
-                e.id,
-                f"[{COLOURS[state]}]{state.replace('_', '-')}[/]",
-                str(e.epoch),
-                str(e.inflight),
-                str(c.successes),
-                faults,
-                str(log.ejected[e.id]),
-                str(log.readmitted[e.id]),
+            rows.append(
+                (
+                    e.id,
+                    f"[{COLOURS[state]}]{state.replace('_', '-')}[/]",
+                    str(e.epoch),
+                    str(e.inflight),
+                    str(c.successes),
+                    faults,
+                    str(log.ejected[e.id]),
+                    str(log.readmitted[e.id]),
+                )
             )
         else:
-            table.add_row(e.id, str(e.inflight), str(c.successes), faults, f"{c.issued / issued:.0%}")
-    return table
+            rows.append((e.id, str(e.inflight), str(c.successes), faults, f"{c.issued / issued:.0%}"))
+    return rows
 
 
 def _live_view(title: str, lb: poise.LoadBalancer, log: EventLog, *, learns: bool) -> Group:
-    table = _state_table(title, lb, log, learns=learns)
+    rows = _state_rows(lb, log, learns=learns)
+    state = table(title, POISE_COLUMNS if learns else NAIVE_COLUMNS, rows)
     if not learns:
-        return Group(table, Text("(naive round-robin learns nothing: no circuits, no ejections)", style="dim"))
-    return Group(table, Text("ejections and readmissions, newest last:", style="bold"), log.render())
+        return Group(state, Text("(naive round-robin learns nothing: no circuits, no ejections)", style="dim"))
+    return Group(state, Text("ejections and readmissions, newest last:", style="bold"), log.render())
 
 
 async def _drive(
@@ -281,7 +301,7 @@ async def _drive(
         successes=successes,
         p50=percentile(latencies, 0.5),
         p99=percentile(latencies, 0.99),
-        ejections=sum(e.counters.ejections for e in snap.endpoints),
+        ejections=sum(log.ejected.values()),  # times an endpoint left rotation, as the live view counts
         readmissions=sum(log.readmitted.values()),
         probes=sum(e.counters.probes for e in snap.endpoints),
         broken_hits=backends["broken"].hits - broken_before,
@@ -306,25 +326,21 @@ def _ms(seconds: float | None) -> str:
 
 def summary_table(runs: list[RunSummary]) -> Table:
     """The two runs side by side; what does not apply to naive round-robin is a dash."""
-    table = Table(title="the same traffic, two balancers", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
-    for col in ("balancer", "success", "p50", "p99", "ejected", "readmitted", "to broken"):
-        if col == "balancer":
-            table.add_column(col, min_width=len("round-robin"))
-        else:
-            table.add_column(col, justify="right", no_wrap=True)
     best = max(r.success_rate for r in runs)
-    for r in runs:
-        rate = _percent(r.success_rate)
-        table.add_row(
+    rows = [
+        (
             r.name,
-            f"[bold green]{rate}[/]" if r.success_rate == best else rate,
+            f"[bold green]{_percent(r.success_rate)}[/]" if r.success_rate == best else _percent(r.success_rate),
             _ms(r.p50),
             _ms(r.p99),
             str(r.ejections) if r.learns else "-",
             str(r.readmissions) if r.learns else "-",
             str(r.broken_hits),
         )
-    return table
+        for r in runs
+    ]
+    columns = ("balancer", "success", "p50", "p99", "ejected", "readmitted", "to broken")
+    return table("the same traffic, two balancers", columns, rows)
 
 
 LATENCY_NOTE = (

@@ -123,6 +123,24 @@ def _render_report(runs: list[Any]) -> str:
     return console.export_text()
 
 
+@pytest.mark.parametrize("learns", [True, False], ids=["poise_py", "naive"])
+def test_live_tables_keep_whole_headers_at_80_columns_with_the_widest_values(learns: bool) -> None:
+    from poise_py._demo import NAIVE_COLUMNS, POISE_COLUMNS, table
+
+    if learns:
+        columns = POISE_COLUMNS
+        row = ("rate-limited", "half-open", "123456", "16", "1234567", "123456", "12345", "12345")
+    else:
+        columns = NAIVE_COLUMNS
+        row = ("rate-limited", "16", "1234567", "1234567", "100%")
+    text = _render(table("naive round-robin: 1000000/1000000 requests", columns, [row] * 6))
+    assert "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    header = next(line for line in text.splitlines() if line.split()[:1] == ["endpoint"])
+    assert header.split() == " ".join(columns).split()
+    assert " ".join(row) == " ".join(text.splitlines()[-1].split())
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("learns", [True, False], ids=["poise_py", "naive"])
 async def test_live_tables_fit_80_columns_and_naive_shows_only_its_traffic(learns: bool) -> None:
