@@ -408,7 +408,7 @@ function status(ep) {
   if (ep.degraded === true) parts.push("degraded");
   if (ep.admin !== "auto") parts.push(ep.admin);
   if (ep.health) parts.push("health " + ep.health.status);
-  if (ep.ineligible) parts.push("out: " + ep.ineligible);
+  if (ep.ineligible && ep.ineligible !== ep.admin) parts.push("out: " + ep.ineligible);
   return parts.length ? parts.join(", ") : "in rotation";
 }
 const COLUMNS = ["endpoint", "address", "tier", "zone", "state", "status", "epoch", "in-flight",
@@ -418,7 +418,7 @@ function endpointRow(b, ep) {
   const c = ep.counters;
   const row = el("tr", {"data-endpoint": ep.id},
     el("td", {"class": "l id"}, ep.id),
-    el("td", {"class": "l"}, ep.address === null ? "-" : ep.address),
+    el("td", {"class": "l"}, ep.address === null ? "-" : Array.isArray(ep.address) ? ep.address.join(":") : ep.address),
     el("td", {}, ep.tier),
     el("td", {"class": "l"}, ep.zone === null ? "-" : ep.zone),
     el("td", {"class": "l state"}, el("span", {"class": "st " + ep.state}, ep.state.replace("_", "-"))),
@@ -454,6 +454,9 @@ function balancerSection(b) {
     el("div", {"class": "meta"}, p.size + " endpoints, " + p.available + " available, " + p.ejected +
       " ejected, " + p.inflight + " in flight; " + p.successes + " successes, " + sum(p.faults) +
       " faults, " + p.failed_selections + " failed selections"),
+    ...(b.tiers.length > 1 ? [el("div", {"class": "meta tiers"}, b.tiers.map(t => "tier " + t.tier + ": " +
+      Math.round(t.share * 100) + "% of traffic, " + t.healthy + "/" + t.endpoints + " healthy" +
+      (t.panicking ? " (panic)" : "")).join("; "))] : []),
     el("table", {}, el("thead", {}, head), body),
     el("div", {"class": "meta"}, "last events, newest first"), events);
 }
