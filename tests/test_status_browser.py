@@ -99,13 +99,14 @@ async def test_chromium_lists_every_endpoint_and_shows_a_circuit_open_soon_after
     _require_browser()
     policy = poise.CircuitPolicy(consecutive_failures=3, minimum_volume=3)
     # The balancer's clock stands still, so the circuit stays open however long the browser takes.
-    lb = static_lb("a", "b", "c", circuit=policy, clock=clock)
+    # "<i>c</i>" is an id, not markup: the page must show it as text.
+    lb = static_lb("a", "b", "<i>c</i>", circuit=policy, clock=clock)
     app = StatusApp({"checkout": lb}, poll_interval=0.5)
     screenshot = tmp_path / "status.png"
 
     async def fail_b_three_times() -> None:
         for _ in range(3):
-            permit = lb.acquire(exclude=["a", "c"])
+            permit = lb.acquire(exclude=["a", "<i>c</i>"])
             async with permit:
                 permit.fail(poise.Fault.SUSPECT)
 
@@ -116,7 +117,7 @@ async def test_chromium_lists_every_endpoint_and_shows_a_circuit_open_soon_after
         port = await tg.start(serve, app)
         listed, before, events = await anyio.to_thread.run_sync(_drive, f"http://127.0.0.1:{port}/", trip, screenshot)
         tg.cancel_scope.cancel()
-    assert listed == ["a", "b", "c"]
+    assert listed == ["a", "b", "<i>c</i>"]
     assert before == "closed"
     assert lb.snapshot()["b"].state is poise.CircuitState.OPEN
     assert "CircuitOpened b" in events
