@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import socket
 import sys
 import time
 from collections import Counter, deque
@@ -407,8 +408,25 @@ async def _main(requests: int, seed: int, console: Console, *, live: bool, web: 
     return runs
 
 
+def _port_problem(port: int) -> str | None:
+    """Why 127.0.0.1:port cannot be listened on (as the status server will), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+            probe.listen()
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def run_demo(*, requests: int = 3000, seed: int = 7, live: bool = True, web: int | None = None) -> int:
-    """Run the demo; print the summary; 0 when poise_py came out ahead."""
+    """Run the demo; print the summary; 0 when poise_py came out ahead (2: the web port is taken)."""
+    if web:
+        problem = _port_problem(web)
+        if problem is not None:
+            print(f"poise demo: cannot serve the status page on 127.0.0.1:{web}: {problem}", file=sys.stderr)
+            return 2
     console = Console(width=None if sys.stdout.isatty() else 100)
     console.print(
         "[bold]poise demo[/]: 6 HTTP backends on 127.0.0.1: 2 steady, 1 flapping, 1 returning 500s,"

@@ -127,6 +127,8 @@ def _render_report(runs: list[Any]) -> str:
 def test_live_tables_keep_whole_headers_at_80_columns_with_the_widest_values(learns: bool) -> None:
     from poise_py._demo import NAIVE_COLUMNS, POISE_COLUMNS, table
 
+    columns: tuple[str, ...]
+    row: tuple[str, ...]
     if learns:
         columns = POISE_COLUMNS
         row = ("rate-limited", "half-open", "123456", "16", "1234567", "123456", "12345", "12345")
@@ -229,3 +231,24 @@ def test_demo_web_serves_the_status_page_of_both_balancers_while_it_runs() -> No
     assert len(data["balancers"][0]["endpoints"]) == 6
     assert proc.returncode == 130  # Ctrl-C stops the server with everything else
     assert "Traceback" not in err
+
+
+def test_demo_web_on_a_taken_port_says_so_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["demo", "--web", str(port), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"poise demo: cannot serve the status page on 127.0.0.1:{port}: ")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("port", ["-1", "65536", "http"])
+def test_demo_web_refuses_a_port_that_is_not_one(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--web", port])
+    assert exit_info.value.code == 2
+    assert "--web" in capsys.readouterr().err
