@@ -21,7 +21,7 @@ QUICKSTART = Path(__file__).resolve().parent.parent / "docs" / "quickstart.md"
 
 
 def _snippet() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", QUICKSTART.read_text(), re.S)
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", QUICKSTART.read_text(), re.S)
     [block] = [b for b in blocks if "retry-after" in b]
     return block
 
