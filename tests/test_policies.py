@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import heapq
 import math
 import random
@@ -18,7 +19,7 @@ from poise_py._core._circuit import Ticket
 from poise_py._core._policies import TotalingLoads
 from poise_py._core._pool import Pool
 from poise_py._core._state import EndpointState
-from poise_py._core._weights import WeightTree
+from poise_py._core._weights import WeightBuckets
 from tests.helpers import FakeClock
 from tests.routing_support import eject, make_pool, run, shares, zero
 
@@ -336,24 +337,65 @@ def test_every_process_builds_the_same_table_whatever_the_discovery_order() -> N
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 2**32)), max_size=200), st.randoms())
 @settings(max_examples=50, deadline=None)
-def test_weight_tree_finds_the_position_holding_any_target(ops: list[tuple[bool, int]], rnd: random.Random) -> None:
-    tree = WeightTree()
-    mirror: list[int] = []
-    for grow, w in ops:
-        if grow or not mirror:
-            tree.append(w)
-            mirror.append(w)
+def test_weight_buckets_hold_what_was_added_and_draw_only_held_states(
+    ops: list[tuple[bool, int]], rnd: random.Random
+) -> None:
+    buckets = WeightBuckets()
+    held: dict[EndpointState, int] = {}
+    for n, (grow, w) in enumerate(ops):
+        if grow or not held:
+            state = EndpointState(poise.Endpoint(f"e{n}", weight=w), None)  # type: ignore[arg-type]
+            buckets.add(state, w)
+            held[state] = w
         else:
-            i = w % len(mirror)
-            tree.swap_remove(i)
-            mirror[i] = mirror[-1]
-            mirror.pop()
-        assert tree.weights == mirror
-        assert tree.total == sum(mirror)
-        if mirror:
-            target = rnd.randrange(tree.total)
-            i = tree.find(target)
-            assert sum(mirror[:i]) <= target < sum(mirror[: i + 1])
+            state = list(held)[w % len(held)]
+            buckets.remove(state, held.pop(state))
+        assert buckets.total == sum(held.values())
+        assert len(buckets) == len(held)
+        contents = {s: w for states, weights, _ in buckets.buckets() for s, w in zip(states, weights, strict=True)}
+        assert contents == held
+        if held:
+            assert buckets.draw(rnd.random) in held
+
+
+def test_weighted_random_is_exact_across_widely_spread_weights() -> None:
+    weights = {"a": 1, "b": 5, "c": 9, "d": 40, "e": 100, "f": 300}
+    buckets = WeightBuckets()
+    states = {k: EndpointState(poise.Endpoint(k, weight=w), None) for k, w in weights.items()}  # type: ignore[arg-type]
+    for k, state in states.items():
+        buckets.add(state, weights[k])
+    unit = random.Random(11).random
+    counts = dict.fromkeys(weights, 0)
+    draws = 200_000
+    for _ in range(draws):
+        counts[buckets.draw(unit).endpoint.id] += 1
+    total = sum(weights.values())
+    for k, w in weights.items():
+        assert counts[k] / draws == pytest.approx(w / total, abs=0.005), k
+
+
+def test_smooth_wrr_with_many_endpoints_per_weight_is_exact_per_rotation() -> None:
+    weights = [1] * 50 + [3] * 20 + [7] + [2] * 9
+    total = sum(weights)
+    sequence = wrr_sequence(weights, 3 * total)
+    counts = [0] * len(weights)
+    for t, i in enumerate(sequence, 1):
+        counts[i] += 1
+        for j, w in enumerate(weights):
+            assert abs(counts[j] - t * w / total) < 2
+        if t % total == 0:
+            assert counts == [t // total * w for w in weights]
+
+
+def test_smooth_wrr_keeps_weight_shares_while_endpoints_come_and_go() -> None:
+    pool = make_pool(poise.WeightedRoundRobin(), [poise.Endpoint(f"e{i}", weight=1 + i % 3) for i in range(30)])
+    run_order(pool, 1000)
+    pool.apply(0.0, removed=[f"e{i}" for i in range(0, 30, 4)], added=[poise.Endpoint("x", weight=3)])
+    live = {i: s.endpoint.weight for i, s in pool.members.items()}
+    total = sum(live.values())
+    counts = collections.Counter(run_order(pool, 100 * total))
+    for endpoint_id, w in live.items():
+        assert counts[endpoint_id] == pytest.approx(100 * w, abs=2), endpoint_id
 
 
 @pytest.mark.parametrize(

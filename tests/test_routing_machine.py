@@ -249,11 +249,16 @@ class RoutingMachine(RuleBasedStateMachine):
         picker = scope.picker
         weights = [s.endpoint.weight for s in candidates]
         if isinstance(picker, _WeightedRandomPicker):
-            assert picker.tree.weights == weights
-            assert picker.tree.total == sum(weights)
-            for target in range(0, sum(weights), 3):
-                i = picker.tree.find(target)
-                assert sum(weights[:i]) <= target < sum(weights[: i + 1])
+            buckets = picker.buckets.buckets()
+            assert picker.buckets.total == sum(weights)
+            held = [s for states, _, _ in buckets for s in states]
+            assert {id(s) for s in held} == expected
+            assert len(held) == len(expected)
+            for states, bucket_weights, total in buckets:
+                assert states  # only non-empty buckets are drawn from
+                assert bucket_weights == [s.endpoint.weight for s in states]
+                assert total == sum(bucket_weights)
+                assert len({w.bit_length() for w in bucket_weights}) == 1
         if isinstance(picker, _WeightedRoundRobinPicker):
             assert {id(s) for s in picker.schedule.live_states()} == expected
         if isinstance(picker, _P2CPicker):

@@ -4,7 +4,8 @@ A public policy is a frozen configuration; :meth:`Policy.bind` gives the statefu
 one scope of one balancer uses (a balancer has a scope per tier, per zone side, and per
 panic set), with the balancer's seeded rng injected so every pick is reproducible.
 
-Every pick is O(1) or O(log n). Policies that need a structure over the candidates keep
+Every pick is O(1), O(log k) in the number of distinct weights, or (weighted least
+request only) O(log n). Policies that need a structure over the candidates keep
 it in step with the candidate list through optional hooks, called by the scope after
 each change, so a pick never scans:
 
@@ -20,8 +21,8 @@ each change, so a pick never scans:
 |---|---|---|---|
 | :class:`RoundRobin` | O(1) | none | ignored |
 | :class:`Random` | O(1) | none | ignored |
-| :class:`WeightedRandom` | O(log n) | Fenwick tree | shares |
-| :class:`WeightedRoundRobin` | O(log n) | EDF heap | shares, evenly spread |
+| :class:`WeightedRandom` | O(1) expected | weight-class buckets | shares |
+| :class:`WeightedRoundRobin` | O(log k), k distinct weights | EDF heap of weight classes | shares, evenly spread |
 | :class:`PowerOfTwoChoices` | O(1); O(log n) weighted | EDF heap | Envoy least-request |
 | :class:`PeakEwma` | O(1) | none | ignored (latency decides) |
 | :class:`ConsistentHash` | O(1) expected | Maglev table | slot shares |
@@ -39,7 +40,7 @@ import attrs
 
 from .._errors import CapacityOverflow, ConfigError
 from ._maglev import MaglevTable, is_prime, key_hash
-from ._weights import STRIDE_SCALE, Schedule, WeightTree
+from ._weights import STRIDE_SCALE, Schedule, WeightBuckets, WeightClasses
 
 if TYPE_CHECKING:
     from ._routing import Scope
@@ -186,9 +187,11 @@ class _RandomPicker:
 class WeightedRandom:
     """Pick at random in proportion to ``Endpoint.weight``.
 
-    A Fenwick tree over the candidates' weights, updated as they come and go, makes a
-    pick one O(log n) descent. Use it for stateless weighted spreading (no rotation to
-    keep in step across processes).
+    Endpoints are grouped by weight class (powers of two) as they come and go; a pick
+    draws a class by its total weight, then a member of it with rejection, so it is O(1)
+    expected (under two draws on average), exact, and independent of the pool size.
+    Use it for stateless weighted spreading (no rotation to keep in step across
+    processes).
     """
 
     def bind(self, rng: random.Random) -> Picker:
@@ -197,21 +200,20 @@ class WeightedRandom:
 
 
 class _WeightedRandomPicker:
-    __slots__ = ("_unit", "tree")
+    __slots__ = ("_unit", "buckets")
 
     def __init__(self, unit: Callable[[], float]) -> None:
         self._unit = unit
-        self.tree = WeightTree()
+        self.buckets = WeightBuckets()
 
     def added(self, state: EndpointState, pos: int) -> None:
-        self.tree.append(state.endpoint.weight)
+        self.buckets.add(state, state.endpoint.weight)
 
     def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
-        self.tree.swap_remove(pos)
+        self.buckets.remove(state, state.endpoint.weight)
 
     def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
-        tree = self.tree
-        return candidates[tree.find(int(self._unit() * tree.total))]
+        return self.buckets.draw(self._unit)
 
 
 @attrs.frozen
@@ -221,9 +223,11 @@ class WeightedRoundRobin:
     Smooth in nginx's sense: an endpoint's turns are spread over the rotation, never in
     a burst (weights 5, 1, 1 give ``a b a a a c a``, not ``a a a a a b c``). It is
     realised as Envoy's earliest-deadline-first schedule with integer deadlines and
-    golden-ratio start phases, so a pick is O(log n) instead of nginx's O(n) scan. Over
-    every ``sum(weights)`` picks of a fixed set each endpoint gets exactly its weight,
-    and at any point each count is within two of its exact share.
+    golden-ratio start phases, over weight classes: the endpoints of one weight share
+    one schedule entry and take its turns in rotation, so a pick is O(log k) for ``k``
+    distinct weights, independent of the number of endpoints (nginx scans all of
+    them). Over every ``sum(weights)`` picks of a fixed set each endpoint gets exactly
+    its weight, and at any point each count is within two of its exact share.
     """
 
     def bind(self, rng: random.Random) -> Picker:
@@ -235,20 +239,16 @@ class _WeightedRoundRobinPicker:
     __slots__ = ("schedule",)
 
     def __init__(self) -> None:
-        self.schedule = Schedule()
+        self.schedule = WeightClasses()
 
     def added(self, state: EndpointState, pos: int) -> None:
-        self.schedule.add(state, STRIDE_SCALE // state.endpoint.weight)
+        self.schedule.add(state, state.endpoint.weight)
 
     def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
-        self.schedule.remove(state)
+        self.schedule.remove(state, state.endpoint.weight)
 
     def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
-        schedule = self.schedule
-        entry = schedule.head()
-        schedule.advance(entry, entry[4])
-        state: EndpointState = entry[2]
-        return state
+        return self.schedule.next()
 
 
 # -- load aware ------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ class _P2CPicker:
         self._candidates: Sequence[EndpointState] = ()
         self._weights: dict[int, int] = {}
         """How many members carry each weight: one key means unweighted mode."""
-        self.schedule: Schedule | None = None
+        self.schedule: Schedule[EndpointState] | None = None
         """The least-request rotation over the candidates, kept only in weighted mode."""
         self.pick: PickFn = self._least_loaded
 
@@ -318,7 +318,8 @@ class _P2CPicker:
         w = state.endpoint.weight
         weights[w] = weights.get(w, 0) + 1
         if len(weights) == 2 and self.schedule is None:
-            schedule = self.schedule = Schedule()
+            schedule: Schedule[EndpointState] = Schedule()
+            self.schedule = schedule
             for candidate in self._candidates:
                 schedule.add(candidate, self._stride(candidate))
             self.pick = self._least_request

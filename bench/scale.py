@@ -1,0 +1,141 @@
+"""How every exported selection policy scales from 10 to 100,000 endpoints, end to end.
+
+Run: ``python bench/scale.py`` (Trio). For each policy, weighted (weights 1 to 4) and
+with equal weights, a balancer over 10 and over 100,000 endpoints is timed on
+``async with lb.acquire(key=...): pass`` (the whole call: selection, permit, outcome
+recording). Every sample is normalised by a bare no-op ``async with`` timed right before
+it in the same process, so a change of machine load between samples cancels out; the
+figure for a size is the median of those bare-normalised samples, and ``x10`` is the
+100,000-endpoint median over the 10-endpoint one. The target is ``x10 <= 1.5`` for every
+policy (O(log n) policies are marked; see docs/performance.md).
+
+``--sizes 10,1000,10000,100000`` adds intermediate sizes (the log n evidence for the
+policies that are O(log n)). ``--only NAME`` runs the rows whose name contains NAME.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import TracebackType
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import poise_py as poise
+
+KEYS = [f"user-{i}" for i in range(1 << 16)]
+
+
+class Noop:
+    """The baseline: the cheapest possible async context manager."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> Noop:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+async def bare(n: int) -> None:
+    cm = Noop()
+    for _ in range(n):
+        async with cm:
+            pass
+
+
+def acquire_loop(lb: poise.LoadBalancer, *, keyed: bool) -> Callable[[int], Awaitable[None]]:
+    acquire = lb.acquire
+    keys = KEYS
+
+    async def unkeyed(n: int) -> None:
+        for _ in range(n):
+            async with acquire():
+                pass
+
+    async def with_keys(n: int) -> None:
+        for i in range(n):
+            async with acquire(key=keys[i & 0xFFFF]):
+                pass
+
+    return with_keys if keyed else unkeyed
+
+
+async def timed(body: Callable[[int], Awaitable[None]], n: int) -> float:
+    start = time.perf_counter()
+    await body(n)
+    return (time.perf_counter() - start) / n
+
+
+async def normalised(body: Callable[[int], Awaitable[None]], iterations: int, samples: int) -> float:
+    """Median over ``samples`` of (cost of ``body``) / (cost of a bare ``async with``, timed just before)."""
+    ratios = []
+    await body(iterations)  # warm the caches and any lazily built structure
+    for _ in range(samples):
+        base = await timed(bare, iterations)
+        ratios.append(await timed(body, iterations) / base)
+    return statistics.median(ratios)
+
+
+ROWS: list[tuple[str, Callable[[], poise.Policy], bool, bool, str]] = [
+    # name, policy, weighted endpoints, keyed calls, order
+    ("RoundRobin", poise.RoundRobin, False, False, "O(1)"),
+    ("Random", poise.Random, False, False, "O(1)"),
+    ("PowerOfTwoChoices", poise.PowerOfTwoChoices, False, False, "O(1)"),
+    ("PeakEwma", poise.PeakEwma, False, False, "O(1)"),
+    ("ConsistentHash", poise.ConsistentHash, False, True, "O(1)"),
+    ("WeightedRandom", poise.WeightedRandom, False, False, "O(1)"),
+    ("WeightedRandom, weights 1-4", poise.WeightedRandom, True, False, "O(1)"),
+    ("WeightedRoundRobin", poise.WeightedRoundRobin, False, False, "O(1)"),
+    ("WeightedRoundRobin, weights 1-4", poise.WeightedRoundRobin, True, False, "O(1)"),
+    ("PowerOfTwoChoices, weights 1-4", poise.PowerOfTwoChoices, True, False, "O(log n)"),
+    ("ConsistentHash, weights 1-4", poise.ConsistentHash, True, True, "O(1)"),
+    ("ConsistentHash bounded, weights 1-4", lambda: poise.ConsistentHash(balance_factor=1.25), True, True, "O(1)"),
+]
+
+
+def make_lb(policy: poise.Policy, size: int, *, weighted: bool) -> poise.LoadBalancer:
+    eps = [
+        poise.Endpoint(f"e{i}", address=("127.0.0.1", 10000 + i % 50000), weight=1 + i % 4 if weighted else 1)
+        for i in range(size)
+    ]
+    return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=policy, seed=1)
+
+
+async def main(sizes: list[int], iterations: int, samples: int, only: str | None) -> None:
+    print(f"median of {samples} bare-normalised samples of {iterations:,} calls each")
+    head = "".join(f"{f'@{s:,}':>10}" for s in sizes)
+    print(f"{'policy':<38}{'order':<10}{head}{'x10':>8}")
+    for name, make, weighted, keyed, order in ROWS:
+        if only is not None and only.lower() not in name.lower():
+            continue
+        cells = []
+        for size in sizes:
+            lb = make_lb(make(), size, weighted=weighted)
+            async with lb:
+                cells.append(await normalised(acquire_loop(lb, keyed=keyed), iterations, samples))
+            del lb
+            gc.collect()
+        growth = cells[-1] / cells[0]
+        flag = "  <- over 1.5x" if growth > 1.5 else ""
+        print(f"{name:<38}{order:<10}{''.join(f'{c:>10.2f}' for c in cells)}{growth:>8.2f}{flag}", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10,100000")
+    parser.add_argument("--iterations", type=int, default=20_000)
+    parser.add_argument("--samples", type=int, default=7)
+    parser.add_argument("--only", default=None)
+    args = parser.parse_args()
+    trio.run(main, [int(s) for s in args.sizes.split(",")], args.iterations, args.samples, args.only)
