@@ -84,6 +84,9 @@ class _Channel:
                 endpoints[endpoint.id] = endpoint
             for endpoint in changes.added:
                 endpoints[endpoint.id] = endpoint
+            # Stale now (a new revision): holding it would keep every departed endpoint
+            # alive until a lagging subscriber asked for a newer one.
+            self._snapshot = None
         self.directory.commit(changes)
 
     def close(self) -> None:

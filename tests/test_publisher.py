@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -184,3 +185,13 @@ async def test_a_balancer_follows_a_publisher_and_fails_closed_when_it_closes() 
         await trio.testing.wait_all_tasks_blocked()
         with pytest.raises(poise.DiscoveryClosed):
             lb.acquire()
+
+
+def test_an_endpoint_removed_by_a_delta_is_not_kept_alive_by_the_publisher() -> None:
+    pub = poise.DiscoveryPublisher()
+    pub.publish(poise.Snapshot(1, [poise.Endpoint("a"), poise.Endpoint("b")]))
+    gone = weakref.ref(next(e for e in pub.endpoints if e.id == "a"))
+    pub.publish(poise.Delta(2, removed=["a"]))
+    gc.collect()
+    assert gone() is None
+    assert [e.id for e in pub.endpoints] == ["b"]
