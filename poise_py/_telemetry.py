@@ -499,7 +499,9 @@ class Telemetry:
         lingering.append(state)
         if len(lingering) >= self._prune_at:
             self._prune()
-            self._prune_at = max(16, 2 * len(lingering))
+            # From what is still in flight after the prune (not the list before it), or
+            # the threshold doubles at every prune and departed states pile up with churn.
+            self._prune_at = max(16, 2 * len(self._lingering))
 
     def _prune(self) -> None:
         keep: list[EndpointState] = []
