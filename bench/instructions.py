@@ -8,6 +8,8 @@ not. Count two loop lengths and divide the difference, so start-up cancels out::
     # instructions per call = (second "Collected" - first) / 20000
 
 Run the real interpreter binary (not a shell shim), as callgrind does not follow exec.
+The policy argument is ``rr`` (RoundRobin), ``p2c`` (PowerOfTwoChoices) or ``bare`` (a
+no-op ``async with``, the baseline of ``bench/overhead.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import poise_py as poise
 
 
+class Noop:
+    """The cheapest possible async context manager."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> Noop:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
 async def main(n: int, policy: str) -> None:
+    if policy == "bare":
+        cm = Noop()
+        for _ in range(n):
+            async with cm:
+                pass
+        return
     chosen: poise.Policy = poise.RoundRobin() if policy == "rr" else poise.PowerOfTwoChoices()
     eps = [poise.Endpoint(f"e{i}") for i in range(10)]
     lb = poise.LoadBalancer(poise.StaticDiscovery(eps), policy=chosen, seed=1)

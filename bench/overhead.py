@@ -1,15 +1,17 @@
 """Per-call cost of ``async with lb.acquire(): pass`` against a bare no-op ``async with``.
 
-Run: ``python bench/overhead.py`` (Trio). Prints microseconds and ratios measured in
-this one run: each policy at 10 and 10,000 endpoints, as a multiple of the bare
-context manager, and the 10,000-endpoint cost as a multiple of the 10-endpoint cost;
-then the cost of recording outcomes with rate windows enabled, as a multiple of the
-default circuit's cost.
+Run: ``python bench/overhead.py``. Prints microseconds and ratios measured in this one
+process: each policy at 10 and 10,000 endpoints, as a multiple of the bare context
+manager (timed on the same event loop), and the 10,000-endpoint cost as a multiple of
+the 10-endpoint cost, on Trio and then on asyncio; then (Trio) the cost of recording
+outcomes with rate windows enabled, as a multiple of the default circuit's cost.
+``--backend trio`` or ``--backend asyncio`` runs only the one.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import sys
 from pathlib import Path
@@ -56,9 +58,9 @@ async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
             pass
 
 
-async def main(iterations: int) -> None:
+async def main(iterations: int, backend: str, *, windows: bool) -> None:
     base = await best_of(bare, iterations)
-    print(f"bare async with: {base * 1e6:.3f} us")
+    print(f"{backend}: bare async with: {base * 1e6:.3f} us")
     print(f"{'policy':<22}{'endpoints':>10}{'us/call':>10}{'x bare':>9}{'x 10 eps':>10}")
     policies: list[tuple[str, poise.Policy]] = [
         ("RoundRobin", poise.RoundRobin()),
@@ -72,6 +74,8 @@ async def main(iterations: int) -> None:
                 cost = await best_of(functools.partial(acquire_loop, lb), iterations)
             small = small or cost
             print(f"{name:<22}{size:>10}{cost * 1e6:>10.3f}{cost / base:>9.2f}{cost / small:>10.2f}")
+    if not windows:
+        return
 
     print()
     print(f"{'circuit (RoundRobin, 10 eps)':<34}{'us/call':>10}{'x bare':>9}{'x default':>11}")
@@ -98,5 +102,10 @@ async def main(iterations: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=100_000)
+    parser.add_argument("--backend", choices=["trio", "asyncio", "both"], default="both")
     args = parser.parse_args()
-    trio.run(main, args.iterations)
+    if args.backend in ("trio", "both"):
+        trio.run(functools.partial(main, args.iterations, "trio", windows=True))
+    if args.backend in ("asyncio", "both"):
+        print()
+        asyncio.run(main(args.iterations, "asyncio", windows=False))

@@ -47,7 +47,7 @@ from ._faults import Classification, Fault
 from ._health import HealthRunner
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
-from ._permit import Permit
+from ._permit import Permit, UnenteredPermit
 from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
 from ._statistics import BalancerStatistics
@@ -319,7 +319,7 @@ class LoadBalancer:
                     raise readiness from exc
             self._telemetry.selection_failed(exc, self._clock())
             raise
-        return Permit(self, selected)
+        return UnenteredPermit(self, selected)
 
     async def call(
         self,
