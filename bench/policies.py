@@ -6,8 +6,8 @@ pool (no event loop), and printed as ratios to RoundRobin at 10 endpoints:
 * ``pick``: the policy alone, ``picker.pick(candidates, loads, key)`` on the scope;
 * ``call``: ``Pool.select`` + ``Pool.succeed``, the selection work of one call.
 
-``x10`` is the 100,000-endpoint cost over the 10-endpoint cost. The ones marked
-O(log n) (a Fenwick tree or an EDF heap) are documented to grow with ``log n``; O(1)
+``x10`` is the 100,000-endpoint cost over the 10-endpoint cost. The one marked
+O(log n) (weighted least request's EDF heap) is documented to grow with ``log n``; O(1)
 policies must not grow more than 1.5x beyond the machine's *memory floor*: the
 ``floor`` row times a bare random read of one candidate (``candidates[random index]``,
 no policy at all), which grows as soon as the pool's objects no longer fit in the CPU
@@ -97,8 +97,8 @@ ROWS: list[tuple[str, poise.Policy, bool, str]] = [
     ("PeakEwma", poise.PeakEwma(), True, "O(1)"),
     ("ConsistentHash", poise.ConsistentHash(), False, "O(1)"),
     ("ConsistentHash bounded", poise.ConsistentHash(balance_factor=1.25), False, "O(1)"),
-    ("WeightedRandom", poise.WeightedRandom(), False, "O(log n)"),
-    ("WeightedRoundRobin", poise.WeightedRoundRobin(), False, "O(log n)"),
+    ("WeightedRandom", poise.WeightedRandom(), False, "O(1)"),
+    ("WeightedRoundRobin", poise.WeightedRoundRobin(), False, "O(1)"),
     ("PowerOfTwoChoices weighted", poise.PowerOfTwoChoices(), False, "O(log n)"),
 ]
 

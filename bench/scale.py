@@ -7,7 +7,9 @@ recording). Every sample is normalised by a bare no-op ``async with`` timed righ
 it in the same process, so a change of machine load between samples cancels out; the
 figure for a size is the median of those bare-normalised samples, and ``x10`` is the
 100,000-endpoint median over the 10-endpoint one. The target is ``x10 <= 1.5`` for every
-policy (O(log n) policies are marked; see docs/performance.md).
+policy (O(log n) policies are marked; see docs/performance.md). The ``floor`` row is a
+context manager that only picks a random object of as many and counts on it: how much
+the machine's memory alone grows the cost of a random pick.
 
 ``--sizes 10,1000,10000,100000`` adds intermediate sizes (the log n evidence for the
 policies that are O(log n)). ``--only NAME`` runs the rows whose name contains NAME.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import random
 import statistics
 import sys
 import time
@@ -52,6 +55,50 @@ async def bare(n: int) -> None:
     for _ in range(n):
         async with cm:
             pass
+
+
+class _Item:
+    __slots__ = ("count", "pad1", "pad2", "pad3", "pad4", "pad5")
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+class Floor:
+    """A floor for random picks: a context manager that picks a random object and counts on it.
+
+    No selection policy, no circuit, no permit: what a uniform random pick among ``size``
+    small objects costs on this machine, which grows once they leave the CPU cache.
+    """
+
+    __slots__ = ("_item", "_items", "_unit")
+
+    def __init__(self, size: int) -> None:
+        self._items = [_Item() for _ in range(size)]
+        self._unit = random.Random(1).random
+        self._item = self._items[0]
+
+    async def __aenter__(self) -> Floor:
+        items = self._items
+        item = self._item = items[int(self._unit() * len(items))]
+        item.count += 1
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._item.count -= 1
+
+
+def floor_loop(size: int) -> Callable[[int], Awaitable[None]]:
+    cm = Floor(size)
+
+    async def body(n: int) -> None:
+        for _ in range(n):
+            async with cm:
+                pass
+
+    return body
 
 
 def acquire_loop(lb: poise.LoadBalancer, *, keyed: bool) -> Callable[[int], Awaitable[None]]:
@@ -116,6 +163,10 @@ async def main(sizes: list[int], iterations: int, samples: int, only: str | None
     print(f"median of {samples} bare-normalised samples of {iterations:,} calls each")
     head = "".join(f"{f'@{s:,}':>10}" for s in sizes)
     print(f"{'policy':<38}{'order':<10}{head}{'x10':>8}")
+    if only is None:
+        cells = [await normalised(floor_loop(size), iterations, samples) for size in sizes]
+        print(f"{'floor: a random object, counted':<38}{'-':<10}{''.join(f'{c:>10.2f}' for c in cells)}", end="")
+        print(f"{cells[-1] / cells[0]:>8.2f}", flush=True)
     for name, make, weighted, keyed, order in ROWS:
         if only is not None and only.lower() not in name.lower():
             continue

@@ -352,8 +352,11 @@ def test_weight_buckets_hold_what_was_added_and_draw_only_held_states(
             buckets.remove(state, held.pop(state))
         assert buckets.total == sum(held.values())
         assert len(buckets) == len(held)
-        contents = {s: w for states, weights, _ in buckets.buckets() for s, w in zip(states, weights, strict=True)}
+        contents = {s: w for states, weights, *_ in buckets.buckets() for s, w in zip(states, weights, strict=True)}
         assert contents == held
+        for _, weights, _, top, below in buckets.buckets():
+            assert top >= max(weights)
+            assert below == sum(w < top for w in weights)
         if held:
             assert buckets.draw(rnd.random) in held
 

@@ -251,14 +251,16 @@ class RoutingMachine(RuleBasedStateMachine):
         if isinstance(picker, _WeightedRandomPicker):
             buckets = picker.buckets.buckets()
             assert picker.buckets.total == sum(weights)
-            held = [s for states, _, _ in buckets for s in states]
+            held = [s for states, *_ in buckets for s in states]
             assert {id(s) for s in held} == expected
             assert len(held) == len(expected)
-            for states, bucket_weights, total in buckets:
+            for states, bucket_weights, total, top, below in buckets:
                 assert states  # only non-empty buckets are drawn from
                 assert bucket_weights == [s.endpoint.weight for s in states]
                 assert total == sum(bucket_weights)
                 assert len({w.bit_length() for w in bucket_weights}) == 1
+                assert top >= max(bucket_weights)
+                assert below == sum(w < top for w in bucket_weights)
         if isinstance(picker, _WeightedRoundRobinPicker):
             assert {id(s) for s in picker.schedule.live_states()} == expected
         if isinstance(picker, _P2CPicker):

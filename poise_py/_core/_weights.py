@@ -74,7 +74,7 @@ in ``2**60`` otherwise."""
 class _Bucket:
     """The members of one weight class ``[2**(b-1), 2**b)``: parallel lists, swap-removed."""
 
-    __slots__ = ("index", "states", "top", "total", "weights")
+    __slots__ = ("below", "index", "states", "top", "total", "weights")
 
     def __init__(self) -> None:
         self.states: list[EndpointState] = []
@@ -83,6 +83,8 @@ class _Bucket:
         self.total = 0
         self.top = 0
         """At least every weight here (the largest added since the bucket was last empty)."""
+        self.below = 0
+        """How many members weigh less than ``top``: with none, a draw needs no weight."""
 
 
 class WeightBuckets:
@@ -111,11 +113,15 @@ class WeightBuckets:
             bucket = self._buckets[key] = _Bucket()
         if not bucket.states:
             self._order.append(bucket)
+        if weight > bucket.top:
+            bucket.below = len(bucket.states)  # everyone already here weighs less
+            bucket.top = weight
+        elif weight < bucket.top:
+            bucket.below += 1
         bucket.index[state] = len(bucket.states)
         bucket.states.append(state)
         bucket.weights.append(weight)
         bucket.total += weight
-        bucket.top = max(bucket.top, weight)
         self.total += weight
 
     def remove(self, state: EndpointState, weight: int) -> None:
@@ -132,8 +138,10 @@ class WeightBuckets:
             bucket.index[last] = i
         bucket.total -= weight
         self.total -= weight
+        if weight < bucket.top:
+            bucket.below -= 1
         if not states:
-            bucket.top = 0
+            bucket.top = bucket.below = 0
             self._order.remove(bucket)
 
     def draw(self, unit: Callable[[], float]) -> EndpointState:
@@ -149,8 +157,10 @@ class WeightBuckets:
                     break
                 u -= t
         states = bucket.states
-        weights = bucket.weights
         n = len(states)
+        if not bucket.below:  # every member weighs ``top``: uniform
+            return states[int(unit() * n)]
+        weights = bucket.weights
         top = bucket.top
         while True:  # accepts with probability weight / top >= 1/2
             j = int(unit() * n)
@@ -158,9 +168,9 @@ class WeightBuckets:
             if w == top or unit() * top < w:
                 return states[j]
 
-    def buckets(self) -> list[tuple[list[EndpointState], list[int], int]]:
-        """Each non-empty bucket's states, weights and total (for invariant checks)."""
-        return [(list(b.states), list(b.weights), b.total) for b in self._order]
+    def buckets(self) -> list[tuple[list[EndpointState], list[int], int, int, int]]:
+        """Each non-empty bucket's states, weights, total, top and count below top (for invariant checks)."""
+        return [(list(b.states), list(b.weights), b.total, b.top, b.below) for b in self._order]
 
 
 class WeightClasses:
