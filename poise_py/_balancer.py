@@ -57,6 +57,10 @@ logger = logging.getLogger("poise_py")
 T = TypeVar("T")
 
 
+_NO_EXCLUDE: Collection[str] = ()
+"""``acquire``'s default ``exclude``: recognised by identity, so the common call checks nothing."""
+
+
 def _backend_clock() -> Callable[[], float]:
     """The running backend's clock: what ``anyio.current_time()`` reads, minus the dispatch."""
     cancelled = anyio.get_cancelled_exc_class()
@@ -285,7 +289,7 @@ class LoadBalancer:
 
     # -- the hot path ------------------------------------------------------------------
 
-    def acquire(self, *, key: Hashable | None = None, exclude: Collection[str] = ()) -> Permit:
+    def acquire(self, *, key: Hashable | None = None, exclude: Collection[str] = _NO_EXCLUDE) -> Permit:
         """Reserve a permit for one call.
 
         Selection happens here, synchronously and atomically (a half-open probe slot is
@@ -293,7 +297,9 @@ class LoadBalancer:
 
         Args:
             key: the request key for hashing policies.
-            exclude: endpoint ids not to choose (already tried).
+            exclude: endpoint ids not to choose (already tried): a collection of
+                strings (a list, a set...). One bare string is refused, not read as a
+                collection of characters.
 
         Raises:
             EmptyPool: discovery has delivered no endpoint yet.
@@ -302,7 +308,10 @@ class LoadBalancer:
                 the last one; the per-reason counts are on its ``__cause__``).
             DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
             NotRunning: outside ``async with lb``.
+            ConfigError: ``exclude`` is not a collection of endpoint ids.
         """
+        if exclude is not _NO_EXCLUDE:
+            _check_exclude(exclude)
         if not self._serving:
             if not self._running:
                 raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
@@ -669,6 +678,14 @@ class LoadBalancer:
         """A tier started or stopped panicking: PanicStarted / PanicEnded (logged by telemetry)."""
         event = PanicStarted if started else PanicEnded
         self._telemetry.emit(event(at=self._clock(), tier=tier, healthy_share=healthy_share))
+
+
+def _check_exclude(exclude: object) -> None:
+    if isinstance(exclude, str | bytes) or not isinstance(exclude, Collection):
+        raise ConfigError("exclude", f"must be a collection of endpoint ids such as a list or a set, got {exclude!r}")
+    for endpoint_id in exclude:
+        if not isinstance(endpoint_id, str):
+            raise ConfigError("exclude", f"must hold endpoint ids (strings), got {endpoint_id!r}")
 
 
 def _first_exception(group: BaseException) -> Exception | None:
