@@ -138,6 +138,10 @@ class LoadBalancer:
         if not hasattr(discovery, "__aiter__"):
             raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
         policy = PowerOfTwoChoices() if policy is None else policy
+        if isinstance(policy, type):
+            raise ConfigError(
+                "policy", f"must be a policy instance, got the class {policy.__name__}: write {policy.__name__}()"
+            )
         if not callable(getattr(policy, "bind", None)):
             raise ConfigError("policy", f"must be a selection policy, got {policy!r}")
         circuit = CircuitPolicy() if circuit is None else circuit

@@ -126,7 +126,7 @@ async def test_empty_static_pool_raises_empty_pool_not_no_eligible() -> None:
 
 
 async def test_no_eligible_endpoints_counts_every_reason(clock: FakeClock) -> None:
-    policy = attrs.evolve(FAST_TRIP, max_ejection_percent=100)
+    policy = attrs.evolve(FAST_TRIP, max_ejection_percent=1.0)
     async with static_lb("a", "b", "c", "d", circuit=policy, clock=clock) as lb:
         for target in ("a", "b"):
             with pytest.raises(OSError):

@@ -293,7 +293,7 @@ async def test_max_ejection_percent_still_holds_for_shared_ejections(fleet: Flee
         consecutive_failures=1,
         minimum_volume=1,
         escalation=poise.Escalation(base=30.0, maximum=300.0, jitter=0.0),
-        max_ejection_percent=50.0,
+        max_ejection_percent=0.5,
     )
     async with fleet:
         tripper = await fleet.balancer("a", "b")

@@ -86,3 +86,89 @@ def test_a_plain_function_probe_is_refused_at_construction(probe: Any) -> None:
 )
 def test_async_probes_are_accepted(probe: Any) -> None:
     assert poise.HealthCheck(probe=probe).probe is probe
+
+
+# -- endpoints, policies and share knobs ------------------------------------------------
+
+
+@pytest.mark.parametrize("metadata", [[("a", 1)], "rack=r7", 3, [1, 2]], ids=["pairs", "str", "int", "list"])
+def test_endpoint_metadata_that_is_not_a_mapping_is_a_config_error(metadata: Any) -> None:
+    with pytest.raises(poise.ConfigError) as caught:
+        poise.Endpoint("a", metadata=metadata)
+    assert caught.value.knob == "Endpoint.metadata"
+
+
+@pytest.mark.parametrize("zone", [["eu-1"], 1, b"eu-1"])
+def test_an_endpoint_zone_that_is_not_a_string_is_a_config_error(zone: Any) -> None:
+    with pytest.raises(poise.ConfigError) as caught:
+        poise.Endpoint("a", zone=zone)
+    assert caught.value.knob == "Endpoint.zone"
+
+
+async def test_an_unhashable_consistent_hash_key_is_a_config_error_naming_the_key() -> None:
+    async with static_lb("a", "b", policy=poise.ConsistentHash()) as lb:
+        with pytest.raises(poise.ConfigError) as caught:
+            lb.acquire(key=["user", 42])
+        assert caught.value.knob == "key"
+        async with lb.acquire(key=("user", 42)):  # the balancer is unharmed
+            pass
+        assert lb.snapshot()["a"].inflight + lb.snapshot()["b"].inflight == 0
+
+
+@pytest.mark.parametrize("policy", [poise.RoundRobin, poise.PowerOfTwoChoices, poise.ConsistentHash])
+def test_a_policy_class_instead_of_an_instance_is_a_config_error(policy: Any) -> None:
+    with pytest.raises(poise.ConfigError, match=rf"write {policy.__name__}\(\)") as caught:
+        poise.LoadBalancer(poise.StaticDiscovery([]), policy=policy)
+    assert caught.value.knob == "policy"
+
+
+@pytest.mark.parametrize(
+    ("make", "knob", "fraction"),
+    [
+        (lambda v: poise.CircuitPolicy(max_ejection_percent=v), "CircuitPolicy.max_ejection_percent", "0.5"),
+        (lambda v: poise.CircuitPolicy(failure_rate=v), "CircuitPolicy.failure_rate", "0.5"),
+        (
+            lambda v: poise.CircuitPolicy(slow_call_rate=v, slow_call_duration=1.0),
+            "CircuitPolicy.slow_call_rate",
+            "0.5",
+        ),
+        (lambda v: poise.HealthCheck(probe=async_probe, jitter=v), "HealthCheck.jitter", "0.5"),
+        (lambda v: poise.Escalation(jitter=v), "Escalation.jitter", "0.5"),
+    ],
+)
+def test_a_share_knob_given_a_percent_is_a_config_error_giving_the_fraction(
+    make: Any, knob: str, fraction: str
+) -> None:
+    with pytest.raises(poise.ConfigError) as caught:
+        make(50)
+    assert caught.value.knob == knob
+    assert "looks like a percent" in str(caught.value)
+    assert f"write {fraction}" in str(caught.value)
+
+
+def test_a_retry_budget_percent_past_ten_reads_as_a_percent() -> None:
+    with pytest.raises(poise.ConfigError, match=r"write 0\.2") as caught:
+        poise.RetryBudget(percent=20)
+    assert caught.value.knob == "RetryBudget.percent"
+
+
+def test_max_ejection_percent_is_a_fraction_of_the_pool() -> None:
+    assert poise.CircuitPolicy().max_ejection_percent == 0.5
+    assert poise.CircuitPolicy(max_ejection_percent=0.5).max_ejection_percent == 0.5  # half, not 0.5%
+    for bad in (-0.1, 101, float("nan"), "50%", True):
+        with pytest.raises(poise.ConfigError):
+            poise.CircuitPolicy(max_ejection_percent=bad)
+
+
+async def test_max_ejection_percent_half_lets_half_a_pool_of_four_be_ejected() -> None:
+    from tests.helpers import FakeClock
+
+    clock = FakeClock()
+    circuit = poise.CircuitPolicy(consecutive_failures=1, minimum_volume=1, max_ejection_percent=0.5)
+    async with static_lb("a", "b", "c", "d", circuit=circuit, clock=clock, policy=poise.RoundRobin()) as lb:
+        for _ in range(8):
+            lb.acquire().fail()
+        statistics = lb.statistics()
+        open_ids = [e.endpoint.id for e in lb.snapshot().endpoints if e.state is not poise.CircuitState.CLOSED]
+        assert len(open_ids) == 2  # floor(4 * 0.5): with 0.5 read as 0.5% only one could be
+        assert statistics.pool.suppressed_ejections > 0

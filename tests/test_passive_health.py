@@ -133,7 +133,7 @@ TIERED = poise.CircuitPolicy(
     consecutive_failures=1,
     minimum_volume=1,
     escalation=poise.Escalation(base=60.0, maximum=300.0, jitter=0.0),
-    max_ejection_percent=100,
+    max_ejection_percent=1.0,
 )
 
 
@@ -278,7 +278,7 @@ async def test_hard_cap_retires_until_discovery_re_emits_the_endpoint(clock: Fak
     policy = poise.CircuitPolicy(
         consecutive_failures=1,
         minimum_volume=1,
-        max_ejection_percent=100,
+        max_ejection_percent=1.0,
         escalation=poise.Escalation(base=10.0, jitter=0.0),
         hard_cap=poise.HardCap(max_ejections=2),
     )

@@ -87,7 +87,7 @@ class RoutingMachine(RuleBasedStateMachine):
     def build(self, policy: poise.Policy, zone: str | None, panic: poise.PanicMode | None, threshold: float) -> None:
         self.pool = Pool(
             poise.CircuitPolicy(
-                max_ejection_percent=100.0,
+                max_ejection_percent=1.0,
                 consecutive_failures=2,
                 minimum_volume=1,
                 escalation=poise.Escalation(base=5.0, maximum=20.0),

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import attrs
 
-from .._endpoint import AdminStatus, Endpoint, check_duration
+from .._endpoint import AdminStatus, Endpoint, check_duration, check_share
 from .._errors import ConfigError
 from ._state import sat_add
 
@@ -138,9 +138,7 @@ class HealthCheck:
         check_duration("HealthCheck.timeout", self.timeout)
         _check_threshold("HealthCheck.healthy_threshold", self.healthy_threshold)
         _check_threshold("HealthCheck.unhealthy_threshold", self.unhealthy_threshold)
-        j = self.jitter
-        if isinstance(j, bool) or not isinstance(j, int | float) or not (0.0 <= j < 1.0):
-            raise ConfigError("HealthCheck.jitter", f"must be in [0, 1), got {j!r}")
+        check_share("HealthCheck.jitter", self.jitter, high_open=True)
         for knob in ("admit_unknown", "uneject"):
             if not isinstance(getattr(self, knob), bool):
                 raise ConfigError(f"HealthCheck.{knob}", f"must be a bool, got {getattr(self, knob)!r}")

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
-from .._endpoint import check_duration
+from .._endpoint import check_duration, check_share
 from .._errors import ConfigError
 from ._ejection import Escalation, HardCap
 from ._window import CountWindow, TimeWindow
 
 
 def _check_rate(knob: str, value: float | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ConfigError(knob, f"must be a fraction in (0, 1] or None, got {value!r}")
-    if not 0.0 < value <= 1.0:
-        raise ConfigError(knob, f"must be a fraction in (0, 1] or None, got {value!r}")
+    if value is not None:
+        check_share(knob, value, low_open=True)
 
 
 def _check_count(knob: str, value: int | None, *, minimum: int = 1, optional: bool = False) -> None:
@@ -50,8 +44,10 @@ class CircuitPolicy:
         permitted_probes: half-open probe slots, reserved atomically at selection.
         success_threshold: successful probes that close a half-open circuit.
         escalation: the open window and how it grows (:class:`Escalation`).
-        max_ejection_percent: at most this share of the pool is ejected at once (always at
-            least one endpoint may be); a trip past it is suppressed and counted.
+        max_ejection_percent: at most this share of the pool is ejected at once, a
+            fraction like every share knob (0.5, the default, is half; 1.0 all); always at
+            least one endpoint may be. A trip past it is suppressed and counted. A value
+            over 1 (``50``, a percent) is a :class:`ConfigError` giving the fraction.
         max_retry_after: a server's ``retry_after`` is honoured up to this many seconds.
         hard_cap: optional :class:`HardCap` retiring an endpoint until rediscovered.
     """
@@ -65,7 +61,7 @@ class CircuitPolicy:
     permitted_probes: int = 1
     success_threshold: int = 1
     escalation: Escalation = attrs.field(factory=Escalation)
-    max_ejection_percent: float = 50.0
+    max_ejection_percent: float = 0.5
     max_retry_after: float = 600.0
     hard_cap: HardCap | None = None
 
@@ -94,9 +90,7 @@ class CircuitPolicy:
         _check_count("CircuitPolicy.success_threshold", self.success_threshold)
         if not isinstance(self.escalation, Escalation):
             raise ConfigError("CircuitPolicy.escalation", f"must be an Escalation, got {self.escalation!r}")
-        p = self.max_ejection_percent
-        if isinstance(p, bool) or not isinstance(p, int | float) or math.isnan(p) or not 0 <= p <= 100:
-            raise ConfigError("CircuitPolicy.max_ejection_percent", f"must be in [0, 100], got {p!r}")
+        check_share("CircuitPolicy.max_ejection_percent", self.max_ejection_percent)
         check_duration("CircuitPolicy.max_retry_after", self.max_retry_after)
         if self.hard_cap is not None and not isinstance(self.hard_cap, HardCap):
             raise ConfigError("CircuitPolicy.hard_cap", f"must be a HardCap or None, got {self.hard_cap!r}")
