@@ -499,7 +499,9 @@ class Telemetry:
         lingering.append(state)
         if len(lingering) >= self._prune_at:
             self._prune()
-            self._prune_at = max(16, 2 * len(lingering))
+            # Set from what is still lingering *after* the prune (states with permits in
+            # flight), so the list stays within twice those, plus 16, under endless churn.
+            self._prune_at = max(16, 2 * len(self._lingering))
 
     def _prune(self) -> None:
         keep: list[EndpointState] = []
