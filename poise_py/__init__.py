@@ -83,6 +83,7 @@ from ._errors import SelectionError as SelectionError
 from ._errors import StaleRevision as StaleRevision
 from ._errors import UnknownIdentity as UnknownIdentity
 from ._errors import WeightOverflow as WeightOverflow
+from ._errors import WrongThread as WrongThread
 from ._events import BalancerEvent as BalancerEvent
 from ._events import CircuitClosed as CircuitClosed
 from ._events import CircuitHalfOpened as CircuitHalfOpened

@@ -12,6 +12,7 @@ import logging
 import math
 import random
 from collections.abc import AsyncIterable, Awaitable, Callable, Collection, Hashable
+from threading import get_ident
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -41,6 +42,7 @@ from ._errors import (
     NotRunning,
     ReadyTimeout,
     SelectionError,
+    WrongThread,
 )
 from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected, PanicEnded, PanicStarted
 from ._faults import Classification, Fault
@@ -209,6 +211,8 @@ class LoadBalancer:
         self._cancelled: type[BaseException] = BaseException
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running = False
+        self._thread = 0
+        """The id of the thread whose event loop runs the balancer (set by ``async with``)."""
         self._closed = False
         self._serving = False
         self._timer_wakeup: anyio.Event | None = None
@@ -230,6 +234,7 @@ class LoadBalancer:
         if self._running:
             raise AlreadyRunning("this LoadBalancer is already running")
         self._clock = self._clock_arg or _backend_clock()
+        self._thread = get_ident()
         self._cancelled = anyio.get_cancelled_exc_class()
         self._closed = False
         self._timer_wakeup = anyio.Event()
@@ -313,9 +318,13 @@ class LoadBalancer:
             DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
             NotRunning: outside ``async with lb``.
             ConfigError: ``exclude`` is not a collection of endpoint ids.
+            WrongThread: called from a thread other than the balancer's (a balancer
+                belongs to one event loop).
         """
         if exclude is not _NO_EXCLUDE:
             _check_exclude(exclude)
+        if get_ident() != self._thread:
+            self._wrong_thread()
         if not self._serving:
             if not self._running:
                 raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
@@ -333,6 +342,14 @@ class LoadBalancer:
             self._telemetry.selection_failed(exc, self._clock())
             raise
         return Permit(self, selected)
+
+    def _wrong_thread(self) -> None:
+        if not self._running:
+            raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
+        raise WrongThread(
+            "acquire() was called from another thread: a LoadBalancer belongs to the event loop that "
+            "runs its `async with` block; hand the call to that loop (anyio.from_thread.run)"
+        )
 
     async def call(
         self,

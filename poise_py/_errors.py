@@ -124,6 +124,14 @@ class NotRunning(PoiseError):  # noqa: N818 - reads as a state
     """Raised by ``acquire`` and friends on a balancer outside its ``async with`` block."""
 
 
+class WrongThread(PoiseError, RuntimeError):  # noqa: N818 - reads as a state
+    """Raised by ``acquire`` called from a thread other than the one the balancer runs in.
+
+    A balancer belongs to the event loop (and so the thread) whose ``async with lb`` block
+    runs it: from another thread, hand the call to that loop (``anyio.from_thread.run``).
+    """
+
+
 class AlreadyRunning(PoiseError):  # noqa: N818 - reads as a state
     """Raised by ``async with lb`` when the balancer is already running (it is not re-entrant)."""
 

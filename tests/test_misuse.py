@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import gc
+import threading
 from typing import Any
 
+import anyio
 import pytest
 
 import poise_py as poise
@@ -172,3 +176,75 @@ async def test_max_ejection_percent_half_lets_half_a_pool_of_four_be_ejected() -
         open_ids = [e.endpoint.id for e in lb.snapshot().endpoints if e.state is not poise.CircuitState.CLOSED]
         assert len(open_ids) == 2  # floor(4 * 0.5): with 0.5 read as 0.5% only one could be
         assert statistics.pool.suppressed_ejections > 0
+
+
+# -- permits and threads -------------------------------------------------------------------
+
+
+async def test_a_permit_never_entered_warns_when_collected_and_counts_as_a_cancellation(clock: Any) -> None:
+    async with static_lb("a", clock=clock) as lb:
+        permit = lb.acquire()
+        with pytest.warns(ResourceWarning, match="unreported permit <Permit 'a'"):
+            del permit
+            gc.collect()
+        lb.acquire().cancel()  # the next pool operation folds the dropped permit in
+        assert lb.snapshot()["a"].counters.cancellations == 2
+        assert lb.snapshot()["a"].inflight == 0
+
+
+async def test_a_permit_reported_without_entering_does_not_warn(clock: Any) -> None:
+    async with static_lb("a", clock=clock) as lb:
+        lb.acquire().succeed()
+        gc.collect()  # filterwarnings=error: a warning here would fail the test
+        assert lb.snapshot()["a"].counters.successes == 1
+
+
+async def test_entering_a_permit_twice_raises_permit_error_and_records_one_outcome(clock: Any) -> None:
+    async with static_lb("a", clock=clock) as lb:
+        permit = lb.acquire()
+        async with permit:
+            pass
+        with pytest.raises(poise.PermitError, match="already entered"):
+            async with permit:
+                pytest.fail("a second call must not run under a used permit")
+        assert lb.snapshot()["a"].counters.successes == 1
+
+
+async def test_acquire_from_another_thread_raises_wrong_thread() -> None:
+    async with static_lb("a") as lb:
+        with pytest.raises(poise.WrongThread, match="event loop"):
+            await anyio.to_thread.run_sync(lb.acquire)
+        async with lb.acquire():  # the owning loop is unaffected
+            pass
+
+
+async def test_acquire_from_another_thread_on_a_stopped_balancer_is_not_running() -> None:
+    lb = static_lb("a")
+    with pytest.raises(poise.NotRunning):
+        await anyio.to_thread.run_sync(lb.acquire)
+
+
+def test_acquire_from_another_event_loop_thread_raises_wrong_thread() -> None:
+    lb = static_lb("a")
+    errors: list[BaseException] = []
+
+    async def main() -> None:
+        async with lb:
+            other = threading.Thread(target=lambda: errors.append(_try_in_new_loop(lb)))
+            other.start()
+            await anyio.to_thread.run_sync(other.join)
+
+    anyio.run(main)
+    assert len(errors) == 1
+    assert isinstance(errors[0], poise.WrongThread)
+
+
+def _try_in_new_loop(lb: poise.LoadBalancer) -> BaseException:
+    async def attempt() -> BaseException:
+        try:
+            lb.acquire()
+        except poise.PoiseError as exc:
+            return exc
+        return AssertionError("acquire from another loop succeeded")
+
+    return asyncio.run(attempt())
