@@ -214,7 +214,8 @@ class LoadBalancer:
         self._thread = 0
         """The id of the thread whose event loop runs the balancer (set by ``async with``)."""
         self._closed = False
-        self._serving = False
+        self._gate = 0
+        """The owner thread's id while serving, else 0: ``acquire``'s one test on its hot path."""
         self._timer_wakeup: anyio.Event | None = None
         self._budget = Budget(retry_budget)
         self._retries_denied = 0
@@ -249,7 +250,7 @@ class LoadBalancer:
         self._task_group = task_group
         self._membership.attach(task_group)
         self._running = True
-        self._serving = True
+        self._gate = self._thread
         if not isinstance(source, StaticDiscovery):
             task_group.start_soon(self._run_discovery, source)
         task_group.start_soon(self._run_timers)
@@ -271,7 +272,8 @@ class LoadBalancer:
     ) -> bool | None:
         task_group = self._task_group
         assert task_group is not None  # noqa: S101 - set by __aenter__
-        self._running = self._serving = False
+        self._running = False
+        self._gate = 0
         self._task_group = None
         task_group.cancel_scope.cancel()
         self._telemetry.close()
@@ -323,14 +325,8 @@ class LoadBalancer:
         """
         if exclude is not _NO_EXCLUDE:
             _check_exclude(exclude)
-        if get_ident() != self._thread:
-            self._wrong_thread()
-        if not self._serving:
-            if not self._running:
-                raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
-            closed = DiscoveryClosed("the discovery stream ended and the balancer fails closed")
-            self._telemetry.selection_failed(closed, self._clock())
-            raise closed
+        if get_ident() != self._gate:  # one test: serving, and on the owner's thread
+            self._refuse()
         try:
             selected = self._pool.select(self._clock, key, exclude)
         except SelectionError as exc:
@@ -343,13 +339,18 @@ class LoadBalancer:
             raise
         return Permit(self, selected)
 
-    def _wrong_thread(self) -> None:
+    def _refuse(self) -> None:
+        """Why ``acquire`` cannot select now: not running, another thread, or failed closed."""
         if not self._running:
             raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
-        raise WrongThread(
-            "acquire() was called from another thread: a LoadBalancer belongs to the event loop that "
-            "runs its `async with` block; hand the call to that loop (anyio.from_thread.run)"
-        )
+        if get_ident() != self._thread:
+            raise WrongThread(
+                "acquire() was called from another thread: a LoadBalancer belongs to the event loop that "
+                "runs its `async with` block; hand the call to that loop (anyio.from_thread.run)"
+            )
+        closed = DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+        self._telemetry.selection_failed(closed, self._clock())
+        raise closed
 
     async def call(
         self,
@@ -574,7 +575,7 @@ class LoadBalancer:
         changes = await membership.apply(update, self._clock)
         now = self._clock()
         self._closed = False
-        self._serving = self._running
+        self._gate = self._thread if self._running else 0
         self._telemetry.emit(
             DiscoveryApplied(
                 at=now,
@@ -616,7 +617,7 @@ class LoadBalancer:
         if self._on_end is DiscoveryEnd.FAIL_CLOSED:
             self._membership.clear(self._clock())
             self._closed = True
-            self._serving = False
+            self._gate = 0
             logger.warning("poise_py: the discovery stream ended; failing closed")
         else:
             logger.info("poise_py: the discovery stream ended; serving the last known good pool")
