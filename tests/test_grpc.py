@@ -170,6 +170,35 @@ async def test_a_dying_worker_is_refused_and_an_idempotent_call_is_retried_on_an
             assert lb.statistics().endpoints["b"].successes == 4
 
 
+async def test_a_spent_retry_budget_stops_the_retry_and_counts_it() -> None:
+    async with workers("a", "b") as ws:
+        lb = balancer(ws, retry_budget=poise.RetryBudget(percent=0.0, min_per_second=0.0))
+        async with lb:
+            await all_ready(lb)
+            await ws[0].stop()
+            await ws[1].stop()
+            echo = BalancedChannel(lb, idempotent={ECHO}, attempts=3).unary_unary(ECHO)
+            with pytest.raises(aio.AioRpcError) as caught:
+                await echo(b"x", timeout=5.0)
+            assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert lb.retries_denied == 1
+            stats = lb.statistics()
+            assert sum(stats.endpoints[w.name].faults[Fault.TRANSIENT] for w in ws) == 1
+
+
+async def test_when_no_other_endpoint_is_eligible_the_retry_ends_with_the_real_error() -> None:
+    async with workers("a", "b") as ws:
+        lb = balancer(ws)
+        async with lb:
+            await all_ready(lb)
+            lb.set_status("b", poise.AdminStatus.DRAINING)
+            await ws[0].stop()
+            echo = BalancedChannel(lb, idempotent={ECHO}, attempts=3).unary_unary(ECHO)
+            with pytest.raises(aio.AioRpcError) as caught:
+                await echo(b"x", timeout=5.0)
+            assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
 async def test_a_call_to_a_dead_worker_is_not_retried_unless_the_method_is_idempotent() -> None:
     async with workers("a", "b") as ws:
         lb = balancer(ws)

@@ -46,7 +46,7 @@ from .. import classify as _classify
 from .._balancer import LoadBalancer
 from .._classify import Classifier
 from .._endpoint import Endpoint
-from .._errors import ConfigError
+from .._errors import ConfigError, SelectionError
 from .._faults import Classification, Fault
 from .._permit import Permit
 from .._retry import RETRYABLE
@@ -373,9 +373,15 @@ class UnaryUnary:
         attempts = channel._attempts if self._retry else 1
         deadline = None if timeout is None else time.monotonic() + timeout
         tried: list[str] = []
+        last: Exception | None = None
         lb._budget.deposit(lb._clock())
         for n in range(attempts):
-            permit = channel._acquire(self._method, request, tried)
+            try:
+                permit = channel._acquire(self._method, request, tried)
+            except SelectionError:
+                if last is None:
+                    raise
+                raise last from None  # nowhere else to go: the last real error is the answer
             tried.append(permit.endpoint.id)
             stub = permit.resource.multicallable(
                 "unary_unary", self._method, self._serializer, self._deserializer, registered=self._registered
@@ -392,6 +398,7 @@ class UnaryUnary:
                     or not channel._may_retry(tried)
                 ):
                     raise
+                last = exc
                 continue
             except BaseException:
                 permit.cancel()
