@@ -387,3 +387,19 @@ def test_importing_without_opentelemetry_names_the_extra() -> None:
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)  # noqa: S603
     assert out.stdout.strip() == "poise_py.contrib.otel needs: pip install 'poise_py[otel]'"
+
+
+async def test_an_endpoint_moved_to_a_new_address_is_measured_at_the_new_one(clock: FakeClock) -> None:
+    reader = InMemoryMetricReader()
+    send, receive = anyio.create_memory_object_stream[poise.Update](4)
+    lb = poise.LoadBalancer(receive, clock=clock)
+    async with lb, send, receive:
+        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        for revision, host in ((1, "10.0.0.1"), (2, "10.0.0.9")):
+            await send.send(poise.Snapshot(revision, [poise.Endpoint("a", address=(host, 80))]))
+            await anyio.wait_all_tasks_blocked()
+            async with lb.acquire():
+                pass
+        found = points(reader)
+        assert value(found, "poise.calls", **call_attrs("a", "10.0.0.1", 80, "success")) == 1
+        assert value(found, "poise.calls", **call_attrs("a", "10.0.0.9", 80, "success")) == 1

@@ -332,16 +332,22 @@ def _recorder(meter: Meter) -> Callable[[CallEnded], None]:
     calls = meter.create_counter(
         "poise.calls", unit="{call}", description="Calls through the balancer, by endpoint and outcome."
     )
-    cache: dict[tuple[Endpoint, str], Mapping[str, Any]] = {}
+    # (endpoint id, outcome) -> (the Endpoint they were built from, attributes); an update
+    # that replaces the Endpoint (a new address) rebuilds them.
+    cache: dict[tuple[str, str], tuple[Endpoint, Mapping[str, Any]]] = {}
 
     def record(ended: CallEnded) -> None:
         outcome = ended.outcome
-        key = (ended.endpoint, outcome)
-        attributes = cache.get(key)
-        if attributes is None:
+        endpoint = ended.endpoint
+        key = (endpoint.id, outcome)
+        cached = cache.get(key)
+        if cached is not None and cached[0] is endpoint:
+            attributes = cached[1]
+        else:
             if len(cache) >= 4096:  # endpoints come and go: forget the old ones now and then
                 cache.clear()
-            attributes = cache[key] = {**_endpoint_attributes(ended.endpoint), OUTCOME: outcome}
+            attributes = {**_endpoint_attributes(endpoint), OUTCOME: outcome}
+            cache[key] = (endpoint, attributes)
         duration.record(ended.duration, attributes)
         calls.add(1, attributes)
 
