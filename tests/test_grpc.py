@@ -173,7 +173,9 @@ async def test_a_generated_style_stub_takes_the_balanced_channel_unchanged_seria
         lb = balancer(ws)
         async with lb:
             await all_ready(lb)
-            stub = EchoStub(BalancedChannel(lb))
+            channel = BalancedChannel(lb)
+            await channel.channel_ready()
+            stub = EchoStub(channel)
             assert await stub.Echo("hello", timeout=5.0) == "a:hello"
 
 

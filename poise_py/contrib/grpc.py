@@ -292,6 +292,10 @@ class BalancedChannel:
             self, "stream_stream", method, request_serializer, response_deserializer, registered=_registered_method
         )
 
+    async def channel_ready(self) -> None:
+        """Wait until some endpoint's channel is READY (``lb.wait_ready()``, no timeout)."""
+        await self._lb.wait_ready()
+
     async def close(self, grace: float | None = None) -> None:
         """Nothing to close here: the balancer's ``endpoint_close`` closes the channels."""
 
