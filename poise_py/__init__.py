@@ -9,6 +9,8 @@ from __future__ import annotations
 from . import classify as classify
 from . import probes as probes
 from ._balancer import LoadBalancer as LoadBalancer
+from ._calls import CallEnded as CallEnded
+from ._calls import CallObserver as CallObserver
 from ._classify import Classifier as Classifier
 from ._classify import FaultError as FaultError
 from ._classify import default_classifier as default_classifier
