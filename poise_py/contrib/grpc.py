@@ -36,11 +36,13 @@ import time
 from collections.abc import AsyncIterable, Callable, Collection, Hashable
 from typing import Any
 
+from .._extras import missing_extra
+
 try:
     import grpc
     from grpc import aio
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess by the packaging test
-    raise ModuleNotFoundError("poise_py.contrib.grpc needs: pip install 'poise_py[grpc]'", name=_missing.name) from None
+    raise ModuleNotFoundError(missing_extra("poise_py.contrib.grpc", "grpc"), name=_missing.name) from None
 
 from .. import classify as _classify
 from .._balancer import LoadBalancer

@@ -27,11 +27,13 @@ from typing import Any
 
 import attrs
 
+from .._extras import missing_extra
+
 try:
     from opentelemetry import metrics
     from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess by the tests
-    raise ModuleNotFoundError("poise_py.contrib.otel needs: pip install 'poise_py[otel]'", name=_missing.name) from None
+    raise ModuleNotFoundError(missing_extra("poise_py.contrib.otel", "otel"), name=_missing.name) from None
 
 from .._balancer import LoadBalancer
 from .._calls import CallEnded
