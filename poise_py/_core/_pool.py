@@ -350,8 +350,14 @@ class Pool:
         if not self.members:
             return EmptyPool("discovery has not delivered any endpoint yet")
         reasons = dict.fromkeys(IneligibleReason, 0)
+        retry_after: float | None = None
         for state in self.members.values():
             reason = self.refusal(state)
+            if reason is IneligibleReason.OPEN and _gate(state) is None:
+                # Nothing else keeps it out: it takes a probe once its open window ends.
+                reopen_at = state.circuit.reopen_at
+                if reopen_at is not None and (retry_after is None or reopen_at < retry_after):
+                    retry_after = reopen_at
             if reason is None:
                 if state.endpoint.id in exclude:
                     reason = IneligibleReason.EXCLUDED
@@ -360,7 +366,7 @@ class Pool:
                 else:
                     reason = IneligibleReason.SCOPE
             reasons[reason] += 1
-        return NoEligibleEndpoints(reasons, len(self.members))
+        return NoEligibleEndpoints(reasons, len(self.members), retry_after=retry_after)
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
         """Why ``state`` may not take a permit now, or None if it may."""
