@@ -6,6 +6,8 @@ import math
 
 import attrs
 import pytest
+import trio
+import trio.testing
 
 import poise_py as poise
 from poise_py import CircuitState, Fault
@@ -186,3 +188,28 @@ def test_failure_rate_without_minimum_hosts_trips_alone() -> None:
     pool = make_pool(eps=tiered(3), circuit=policy)
     traffic(pool, {"t0-0": 1.0}, 4, now=0.0)
     assert pool.members["t0-0"].circuit.state is CircuitState.OPEN
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [pytest.param(("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)}), id="trio")],
+)
+async def test_the_balancers_own_timer_runs_the_evaluation_without_any_call(anyio_backend: object) -> None:
+    # The backend's clock (an autojumping MockClock): only the balancer's timer task can
+    # notice the deadline, since nothing selects after the traffic.
+    opened: list[poise.CircuitOpened] = []
+    publisher = poise.DiscoveryPublisher()
+    async with poise.LoadBalancer(publisher.subscribe(), circuit=detecting()) as lb:
+        lb.add_observer(lambda e: opened.append(e) if isinstance(e, poise.CircuitOpened) else None)
+        await trio.sleep(1.0)  # the timer task is waiting with no deadline: the pool is empty
+        publisher.publish(poise.Snapshot(1, [poise.Endpoint(f"w{i}") for i in range(6)]))
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(240):
+            permit = lb.acquire()
+            if permit.endpoint.id == "w5":
+                permit.fail(Fault.SUSPECT)
+            else:
+                permit.succeed()
+        await trio.sleep(10.5)
+        assert [(e.endpoint_id, e.cause) for e in opened] == [("w5", Cause.SUCCESS_RATE)]

@@ -170,6 +170,9 @@ class Pool:
         self.suppressed_ejections = 0
         self.on_leave: LeaveHook | None = None
         """Called for each endpoint removed from the pool (telemetry folds its counters)."""
+        self.on_armed: Callable[[], None] | None = None
+        """Called when a timer deadline appears that no transition announced (the first
+        success-rate evaluation), so the shell's timer can wait for it."""
         self.on_probe_result: ProbeHook | None = None
         """Called after a current-epoch probe result that moved nothing (coordination)."""
 
@@ -236,6 +239,8 @@ class Pool:
         if self._outliers is not None and not self._outlier_armed:
             self._outlier_armed = True
             self._schedule_outliers(now)
+            if self.on_armed is not None:
+                self.on_armed()
 
     def check_weights(self, added: Iterable[Endpoint], removed: Iterable[str], updated: Iterable[Endpoint]) -> int:
         """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
