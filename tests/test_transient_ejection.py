@@ -296,3 +296,41 @@ async def test_a_worker_that_answers_unavailable_one_call_in_three_is_never_ejec
         assert snap.counters.faults[Fault.TRANSIENT] == 10
         assert snap.state is CircuitState.CLOSED
         assert snap.counters.ejections == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("code", ["UNAVAILABLE", "DEADLINE_EXCEEDED"])
+async def test_a_dead_or_black_holed_grpc_worker_is_chosen_at_most_five_times_in_forty_calls(
+    clock: FakeClock, code: str
+) -> None:
+    # The gRPC worker pool: a worker with nothing listening (UNAVAILABLE) or that never
+    # answers (DEADLINE_EXCEEDED) maps to TRANSIENT through classify.grpc().
+    import grpc
+    import grpc.aio
+
+    status = getattr(grpc.StatusCode, code)
+    chosen: list[str] = []
+
+    async def dispatch(endpoint: poise.Endpoint) -> str:
+        chosen.append(endpoint.id)
+        if endpoint.id == "dead":
+            raise grpc.aio.AioRpcError(status, grpc.aio.Metadata(), grpc.aio.Metadata(), "details")
+        return endpoint.id
+
+    async with static_lb(
+        "dead", "w1", "w2", "w3", policy=poise.RoundRobin(), classifier=poise.classify.grpc(), clock=clock
+    ) as lb:
+        results = [await lb.call(dispatch) for _ in range(40)]
+        assert "dead" not in results
+        assert chosen.count("dead") == 5
+        assert lb.snapshot()["dead"].state is CircuitState.OPEN
+
+
+def test_a_refused_transient_trip_degrades_the_endpoint_with_its_cause() -> None:
+    c = make(consecutive_transient_failures=2)
+    record(c, Fault.TRANSIENT)
+    record(c, Fault.TRANSIENT, may_eject=False)
+    assert c.degraded
+    assert c.degraded_cause is Cause.CONSECUTIVE_TRANSIENT
+    record(c, None)
+    assert not c.degraded
