@@ -34,6 +34,7 @@ from ._core._ejection import HardCap as HardCap
 from ._core._health import HealthCheck as HealthCheck
 from ._core._health import HealthSnapshot as HealthSnapshot
 from ._core._health import HealthStatus as HealthStatus
+from ._core._outlier import SuccessRateEjection as SuccessRateEjection
 from ._core._policies import ConsistentHash as ConsistentHash
 from ._core._policies import PeakEwma as PeakEwma
 from ._core._policies import Policy as Policy
@@ -92,6 +93,8 @@ from ._events import CircuitOpened as CircuitOpened
 from ._events import CoordinationFallback as CoordinationFallback
 from ._events import DiscoveryApplied as DiscoveryApplied
 from ._events import DiscoveryRejected as DiscoveryRejected
+from ._events import EndpointDegradationEnded as EndpointDegradationEnded
+from ._events import EndpointDegraded as EndpointDegraded
 from ._events import EndpointEjected as EndpointEjected
 from ._events import EndpointReadmitted as EndpointReadmitted
 from ._events import NoEligibleCleared as NoEligibleCleared
