@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from ._calls import CallObserver, ObservedPermit
 from ._classify import Classifier, default_classifier
 from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
@@ -194,7 +195,9 @@ class LoadBalancer:
             on_transition=self._on_transition,
             on_idle=self._on_idle,
             on_panic=self._on_panic,
+            on_degraded=self._on_degraded,
         )
+        self._pool.on_armed = self._wake_timer
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
@@ -218,6 +221,7 @@ class LoadBalancer:
         """The owner thread's id while serving, else 0: ``acquire``'s one test on its hot path."""
         self._timer_wakeup: anyio.Event | None = None
         self._budget = Budget(retry_budget)
+        self._call_observers: tuple[CallObserver, ...] = ()
         self._retries_denied = 0
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
         if self._health is not None:
@@ -337,6 +341,8 @@ class LoadBalancer:
                     raise readiness from exc
             self._telemetry.selection_failed(exc, self._clock())
             raise
+        if self._call_observers:
+            return ObservedPermit(self, selected, self._call_observers)
         return Permit(self, selected)
 
     def _refuse(self) -> None:
@@ -393,16 +399,22 @@ class LoadBalancer:
         )
 
     def _finish_exc(self, permit: Permit, exc: BaseException) -> None:
+        verdict = self._exit_verdict(exc, permit._state.endpoint.id)
+        if verdict is None:
+            self._pool.cancel(permit._state, permit._ticket)
+            return
+        self._finish(permit, verdict[0], verdict[1])
+
+    def _exit_verdict(self, exc: BaseException, endpoint_id: str) -> tuple[Fault, float | None] | None:
+        """How a permit block left by ``exc`` is recorded: (fault, retry_after), or None to cancel."""
         if isinstance(exc, BaseExceptionGroup):
             _, rest = exc.split(self._cancelled)
             leaf = _first_exception(rest) if rest is not None else None
         else:
             leaf = exc if isinstance(exc, Exception) and not isinstance(exc, self._cancelled) else None
         if leaf is None:  # cancellation, KeyboardInterrupt, SystemExit, GeneratorExit
-            self._pool.cancel(permit._state, permit._ticket)
-            return
-        fault, retry_after = self._classify(leaf, permit._state.endpoint.id)
-        self._finish(permit, fault, retry_after)
+            return None
+        return self._classify(leaf, endpoint_id)
 
     def _classify(self, exc: Exception, endpoint_id: str | None = None) -> tuple[Fault, float | None]:
         try:
@@ -527,6 +539,51 @@ class LoadBalancer:
     def remove_observer(self, observer: Observer) -> None:
         """Stop calling ``observer`` (ValueError if it was not added)."""
         self._telemetry.remove_observer(observer)
+
+    def add_call_observer(self, observer: CallObserver) -> None:
+        """Call ``observer(ended)`` with a :class:`CallEnded` as each permit issued from now on ends.
+
+        ``ended`` carries the endpoint, the outcome (success, fault tier or cancellation)
+        and the duration from ``acquire`` to the report on the balancer's clock: what a
+        call-duration histogram needs. The callback runs synchronously after the outcome
+        is recorded, on every call: keep it cheap, never block. An exception it raises is
+        logged (rate-limited) and otherwise ignored. A permit garbage-collected without a
+        report is counted as a cancellation but not observed. With no call observer,
+        permits pay nothing for this.
+        """
+        if not callable(observer):
+            raise ConfigError("observer", f"must be callable, got {observer!r}")
+        self._call_observers = (*self._call_observers, observer)
+
+    def remove_call_observer(self, observer: CallObserver) -> None:
+        """Stop calling ``observer`` for permits issued from now on (ValueError if it was not added)."""
+        observers = list(self._call_observers)
+        observers.remove(observer)
+        self._call_observers = tuple(observers)
+
+    def _observer_failed(self, observer: object, exc: Exception) -> None:
+        self._telemetry.log.log(
+            logging.ERROR,
+            ("call-observer", id(observer)),
+            self._clock(),
+            "poise_py: call observer %r raised",
+            observer,
+            exc_info=exc,
+        )
+
+    def _read_snapshot(self) -> PoolSnapshot:
+        """:meth:`snapshot` without side effects (no timers run), for a metrics reader on another thread."""
+        try:
+            now = self._clock()
+        except Exception:  # noqa: BLE001 - outside the event loop the backend clock cannot be read
+            now = math.nan
+        health = self._health
+        for _ in range(3):
+            try:
+                return pool_snapshot(self._pool, now, health=None if health is None else health.snapshot)
+            except RuntimeError:  # the pool changed size under a reader thread: read again
+                continue
+        return pool_snapshot(self._pool, now, health=None if health is None else health.snapshot)
 
     def _read_statistics(self) -> BalancerStatistics:
         """:meth:`statistics` without side effects, for a metrics reader on another thread."""
@@ -695,6 +752,13 @@ class LoadBalancer:
         if self._coordinator is not None:
             self._coordinator.moved(state, transition)
         self._telemetry.on_transition(state, transition)
+
+    def _wake_timer(self) -> None:
+        if self._timer_wakeup is not None:
+            self._timer_wakeup.set()
+
+    def _on_degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+        self._telemetry.degraded(state, degraded, self._clock())
 
     def _on_panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
         """A tier started or stopped panicking: PanicStarted / PanicEnded (logged by telemetry)."""

@@ -10,6 +10,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._errors import ConfigError
+from ._extras import first_missing, missing_extra
+from ._version import VERSION
+
+REQUIRES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "demo": ("cli", ("trio", "httpx", "h11", "rich")),
+    "simulate": ("sim", ("rich",)),
+}
+"""Each command's extra and the modules it imports from it."""
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -69,18 +77,37 @@ def _simulate(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo  # noqa: PLC0415 - needs the cli extra
 
-    return run_demo(requests=args.requests, seed=args.seed, live=not args.no_live)
+    return run_demo(requests=args.requests, seed=args.seed, live=not args.no_live, web=args.web)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {port}")
+    return port
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``poise``."""
     parser = argparse.ArgumentParser(prog="poise", description="poise_py: a client-side load balancer.")
+    parser.add_argument("--version", action="version", version=f"poise_py {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="balance real HTTP backends on loopback with injected faults")
     demo.add_argument("--requests", type=int, default=3000, help="requests per run (default 3000)")
     demo.add_argument("--seed", type=int, default=7, help="seed for fault injection and selection")
     demo.add_argument("--no-live", action="store_true", help="no live view, only the summary")
+    demo.add_argument(
+        "--web",
+        nargs="?",
+        const=0,
+        type=_port,
+        metavar="PORT",
+        help="also serve the live status page on 127.0.0.1:PORT (default: a free port, printed)",
+    )
     demo.set_defaults(func=_demo)
 
     simulate = sub.add_parser("simulate", help="compare configurations on a virtual-time fault scenario")
@@ -96,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``poise`` command."""
     args = build_parser().parse_args(argv)
+    extra, modules = REQUIRES[args.command]
+    if args.command == "demo" and args.web is not None:
+        modules = (*modules, "hypercorn")
+    missing = first_missing(modules)
+    if missing is not None:
+        print(missing_extra(f"poise {args.command}", extra), file=sys.stderr)
+        return 2
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -36,7 +36,13 @@ from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 import anyio
-import httpx
+
+from .._extras import missing_extra
+
+try:
+    import httpx
+except ImportError:
+    raise ModuleNotFoundError(missing_extra("poise_py.contrib.httpx", "httpx"), name="httpx") from None
 
 from .. import classify as _classify
 from .._balancer import LoadBalancer
