@@ -69,14 +69,18 @@ async def test_an_observed_permit_records_the_same_counters_as_a_plain_one(clock
 async def test_without_observers_permits_are_plain_and_a_removed_observer_hears_nothing_more(clock: FakeClock) -> None:
     seen: list[poise.CallEnded] = []
     async with static_lb("a", clock=clock) as lb:
-        assert type(lb.acquire()) is poise.Permit
+        plain = lb.acquire()
+        assert type(plain) is poise.Permit
+        plain.cancel()  # reported, not dropped (a dropped permit warns)
         lb.add_call_observer(seen.append)
         async with lb.acquire():
             pass
         lb.remove_call_observer(seen.append)
         async with lb.acquire():
             pass
-        assert type(lb.acquire()) is poise.Permit
+        plain = lb.acquire()
+        assert type(plain) is poise.Permit
+        plain.cancel()
         with pytest.raises(ValueError):
             lb.remove_call_observer(seen.append)
         with pytest.raises(poise.ConfigError):

@@ -209,7 +209,7 @@ async def test_a_transient_trip_is_published_and_mirrored_through_coordination(
     circuit = poise.CircuitPolicy(
         consecutive_transient_failures=2,
         escalation=poise.Escalation(base=30.0, maximum=300.0, jitter=0.0),
-        max_ejection_percent=100.0,
+        max_ejection_percent=1.0,
     )
     async with fleet:
         lbs = [await fleet.balancer("a", circuit=circuit, seed=i) for i in range(2)]
@@ -269,7 +269,7 @@ async def test_snapshot_escalation_level_decays_while_the_circuit_stays_closed(c
     circuit = poise.CircuitPolicy(
         consecutive_failures=1,
         minimum_volume=1,
-        max_ejection_percent=100.0,
+        max_ejection_percent=1.0,
         escalation=poise.Escalation(base=10.0, maximum=100.0, jitter=0.0, reset_on_success=False),
     )
     async with static_lb("a", circuit=circuit, clock=clock) as lb:
