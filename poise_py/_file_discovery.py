@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import reprlib
 import tomllib
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -121,10 +122,90 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def _json_loads(text: str) -> object:
+    """``json.loads``, but a large document's endpoint list is decoded one entry at a time.
+
+    One ``json.loads`` call holds the GIL until the whole document is decoded (0.8 s for
+    12 MB), so a worker thread running it would stall the event loop all the same.
+    Decoding the top-level list (or the list under a top-level key) entry by entry lets
+    the interpreter hand the GIL back to the loop's thread between entries. Same result,
+    same errors (:class:`json.JSONDecodeError` with the same positions) as ``json.loads``.
+    """
+    if len(text) < THREAD_PARSE_BYTES:
+        return json.loads(text)
+    i = _skip(text, 0)
+    c = text[i : i + 1]
+    value: object
+    if c == "[":
+        value, i = _json_array(text, i + 1)
+    elif c == "{":
+        value, i = _json_object(text, i + 1)
+    else:
+        value, i = _DECODER.raw_decode(text, i)
+    i = _skip(text, i)
+    if i != len(text):
+        raise json.JSONDecodeError("Extra data", text, i)
+    return value
+
+
+def _skip(text: str, i: int) -> int:
+    match = _WS.match(text, i)
+    return i if match is None else match.end()
+
+
+def _json_array(text: str, i: int) -> tuple[list[object], int]:
+    items: list[object] = []
+    i = _skip(text, i)
+    if text[i : i + 1] == "]":
+        return items, i + 1
+    while True:
+        item, i = _DECODER.raw_decode(text, i)  # one entry: a short hold of the GIL
+        items.append(item)
+        i = _skip(text, i)
+        c = text[i : i + 1]
+        if c == "]":
+            return items, i + 1
+        if c != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+        i = _skip(text, i + 1)
+
+
+def _json_object(text: str, i: int) -> tuple[dict[str, object], int]:
+    members: dict[str, object] = {}
+    i = _skip(text, i)
+    if text[i : i + 1] == "}":
+        return members, i + 1
+    while True:
+        if text[i : i + 1] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
+        key, i = _DECODER.raw_decode(text, i)
+        i = _skip(text, i)
+        if text[i : i + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+        i = _skip(text, i + 1)
+        value: object
+        if text[i : i + 1] == "[":
+            value, i = _json_array(text, i + 1)
+        else:
+            value, i = _DECODER.raw_decode(text, i)
+        members[key] = value
+        i = _skip(text, i)
+        c = text[i : i + 1]
+        if c == "}":
+            return members, i + 1
+        if c != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+        i = _skip(text, i + 1)
+
+
 def _parse(data: bytes, fmt: str, path: str) -> tuple[Endpoint, ...]:
     try:
         text = data.decode("utf-8")
-        document: object = json.loads(text) if fmt == "json" else tomllib.loads(text)
+        document: object = _json_loads(text) if fmt == "json" else tomllib.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise EndpointsFileError(path, f"not valid {fmt.upper()}: {_clip(str(exc))}") from exc
     if isinstance(document, Mapping):
@@ -171,7 +252,8 @@ class FileDiscovery:
     read. Revisions keep growing across iterations.
 
     The file is read in a worker thread, and parsed in one too when it is 64 KiB or
-    more, so a large file never stalls the event loop.
+    more (a JSON endpoint list entry by entry, so the thread hands the GIL back to the
+    event loop between entries): a large file no longer stalls the loop for the parse.
 
     Args:
         path: the file.

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import poise_py as poise
-from poise_py._file_discovery import parse_endpoints
+from poise_py._file_discovery import THREAD_PARSE_BYTES, _json_loads, parse_endpoints
 
 pytestmark = pytest.mark.anyio
 
@@ -183,3 +183,28 @@ async def test_a_running_balancer_keeps_the_last_good_pool_through_any_documents
         await poll(lambda: live(lb) == {"10.0.0.3:80"}, "a good file after the bad ones")  # still watching
         assert source.error is None
     assert all(isinstance(e, poise.EndpointsFileError) for e in errors)
+
+
+def outcome(load: Any, text: str) -> object:
+    try:
+        return ("ok", load(text))
+    except json.JSONDecodeError as exc:
+        return ("invalid", exc.msg, exc.pos)
+    except (ValueError, RecursionError) as exc:
+        return ("unusable", type(exc).__name__)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    document=st.one_of(
+        documents.map(json.dumps),
+        st.text(alphabet='[]{},:"0123456789 \n-.etruflasn', max_size=40),
+        st.builds(lambda es: json.dumps({"endpoints": es})[:-1] + ', "x": 1}', st.lists(entries, max_size=4)),
+    ),
+    pad=st.sampled_from(["leading", "trailing"]),
+)
+def test_the_entry_by_entry_json_decoder_agrees_with_json_loads(document: str, pad: str) -> None:
+    # Whitespace padding past the threshold sends the document down the entry-by-entry path.
+    padding = " " * THREAD_PARSE_BYTES
+    text = padding + document if pad == "leading" else document + padding
+    assert outcome(_json_loads, text) == outcome(json.loads, text)
