@@ -167,30 +167,23 @@ async def test_circuit_status_is_one_for_each_endpoints_state_and_zero_for_the_o
         assert value(found, "poise.circuit.status", **b, **{CIRCUIT_STATE: "open"}) == 0
 
 
-async def test_another_circuit_state_value_is_one_more_entry_in_circuit_states(
-    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(otel, "CIRCUIT_STATES", (*otel.CIRCUIT_STATES, ("degraded", lambda e: e.endpoint.id == "b")))
+async def test_an_endpoint_the_ejection_guard_keeps_is_in_the_degraded_circuit_state(clock: FakeClock) -> None:
+    guarded = poise.CircuitPolicy(
+        consecutive_failures=1, minimum_volume=1, max_ejection_percent=50, escalation=poise.Escalation(jitter=0.0)
+    )
     reader = InMemoryMetricReader()
-    async with lb_at(A, B, clock=clock) as lb:
+    async with lb_at(A, B, clock=clock, circuit=guarded) as lb:
         instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        for excluded in ("b", "a"):  # a is ejected; b's trip is refused by the 50% guard
+            with pytest.raises(OSError):
+                async with lb.acquire(exclude=[excluded]):
+                    raise OSError("reset")
         found = points(reader)
-        assert (
-            value(
-                found,
-                "poise.circuit.status",
-                **{ENDPOINT: "b", SERVER_ADDRESS: "10.0.0.2", SERVER_PORT: 9090, CIRCUIT_STATE: "degraded"},
-            )
-            == 1
-        )
-        assert (
-            value(
-                found,
-                "poise.circuit.status",
-                **{ENDPOINT: "a", SERVER_ADDRESS: "10.0.0.1", SERVER_PORT: 8080, CIRCUIT_STATE: "degraded"},
-            )
-            == 0
-        )
+        a = {ENDPOINT: "a", SERVER_ADDRESS: "10.0.0.1", SERVER_PORT: 8080}
+        b = {ENDPOINT: "b", SERVER_ADDRESS: "10.0.0.2", SERVER_PORT: 9090}
+        states = ("closed", "degraded", "open", "half_open")
+        assert [value(found, "poise.circuit.status", **a, **{CIRCUIT_STATE: s}) for s in states] == [0, 0, 1, 0]
+        assert [value(found, "poise.circuit.status", **b, **{CIRCUIT_STATE: s}) for s in states] == [0, 1, 0, 0]
 
 
 # The semantic conventions' naming rules (docs/general/naming.md and docs/general/metrics.md):

@@ -76,7 +76,8 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 
 """The histogram's bucket advice: the semantic conventions' advice for request durations."""
 
 CIRCUIT_STATES: tuple[tuple[str, Callable[[EndpointSnapshot], bool]], ...] = (
-    ("closed", lambda e: e.state is CircuitState.CLOSED),
+    ("closed", lambda e: e.state is CircuitState.CLOSED and not e.degraded),
+    ("degraded", lambda e: e.state is CircuitState.CLOSED and e.degraded),
     ("open", lambda e: e.state is CircuitState.OPEN),
     ("half_open", lambda e: e.state is CircuitState.HALF_OPEN),
 )
