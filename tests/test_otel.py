@@ -169,7 +169,7 @@ async def test_circuit_status_is_one_for_each_endpoints_state_and_zero_for_the_o
 
 async def test_an_endpoint_the_ejection_guard_keeps_is_in_the_degraded_circuit_state(clock: FakeClock) -> None:
     guarded = poise.CircuitPolicy(
-        consecutive_failures=1, minimum_volume=1, max_ejection_percent=50, escalation=poise.Escalation(jitter=0.0)
+        consecutive_failures=1, minimum_volume=1, max_ejection_percent=0.5, escalation=poise.Escalation(jitter=0.0)
     )
     reader = InMemoryMetricReader()
     async with lb_at(A, B, clock=clock, circuit=guarded) as lb:

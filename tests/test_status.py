@@ -68,7 +68,7 @@ async def test_status_json_has_every_endpoint_with_circuit_tier_zone_and_counter
 
 async def test_an_endpoint_the_ejection_guard_keeps_shows_as_degraded(clock: FakeClock) -> None:
     guarded = poise.CircuitPolicy(
-        consecutive_failures=1, minimum_volume=1, max_ejection_percent=50, escalation=poise.Escalation(jitter=0.0)
+        consecutive_failures=1, minimum_volume=1, max_ejection_percent=0.5, escalation=poise.Escalation(jitter=0.0)
     )
     lb = static_lb("a", "b", circuit=guarded, clock=clock)
     app = StatusApp(lb)
