@@ -1,4 +1,4 @@
-"""A gRPC worker pool on asyncio with grpcio's aio client (seed 000).
+"""The gRPC worker pool: grpcio aio workers behind one balanced channel.
 
 Run: ``python examples/grpc_pool.py`` (needs ``pip install 'poise_py[grpc]'``).
 
@@ -12,9 +12,12 @@ Four workers serve ``/wool.Worker/Dispatch`` on 127.0.0.1:
   classifier makes it FATAL and it is ejected on the first occurrence;
 - ``w4`` answers UNAVAILABLE one call in three: TRANSIENT, skipped without a strike.
 
-The classifier is ``poise.classify.grpc(marker=("wool-fault", "worker-internal"))``;
-every dispatch goes through ``lb.call(..., attempts=3)``, so a skipped or failed worker
-costs the caller nothing but a retry on another one.
+The balancer's endpoint factory is ``ChannelFactory()`` (one ``grpc.aio`` channel per
+worker, closed when the balancer stops); ``BalancedChannel(lb)`` stands where a
+``grpc.aio.Channel`` would, so ``channel.unary_unary(METHOD)`` is what a generated stub
+would build. The classifier is ``poise.classify.grpc(marker=("wool-fault",
+"worker-internal"))``, and ``Dispatch`` is declared idempotent with 3 attempts, so a
+skipped or failed worker costs the caller nothing but a retry on another one.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import grpc
 from grpc import aio
 
 import poise_py as poise
+from poise_py.contrib.grpc import BalancedChannel, ChannelFactory
 
 MARKER = ("wool-fault", "worker-internal")
 METHOD = "/wool.Worker/Dispatch"
@@ -62,20 +66,16 @@ async def start(name: str) -> tuple[aio.Server, int]:
 async def main() -> None:
     names = ["w1", "w2", "w3", "w4"]
     started = [await start(name) for name in names]
-    channels = {name: aio.insecure_channel(f"127.0.0.1:{port}") for name, (_, port) in zip(names, started, strict=True)}
-    stubs = {name: channel.unary_unary(METHOD) for name, channel in channels.items()}
-
-    async def dispatch(endpoint: poise.Endpoint, payload: bytes) -> bytes:
-        reply: bytes = await stubs[endpoint.id](payload, timeout=5.0)
-        return reply
-
+    channels = ChannelFactory()
     lb = poise.LoadBalancer(
         poise.StaticDiscovery(
-            [poise.Endpoint(n, address=f"127.0.0.1:{p}") for n, (_, p) in zip(names, started, strict=True)]
+            [poise.Endpoint(n, address=("127.0.0.1", p)) for n, (_, p) in zip(names, started, strict=True)]
         ),
         policy=poise.RoundRobin(),
         classifier=poise.classify.grpc(marker=MARKER),
         circuit=poise.CircuitPolicy(consecutive_failures=3, minimum_volume=5),
+        endpoint_factory=channels,
+        endpoint_close=channels.close,
         seed=1,
     )
     ejected: list[str] = []
@@ -89,14 +89,15 @@ async def main() -> None:
     served: Counter[str] = Counter()
     try:
         async with lb:
+            await lb.wait_ready(timeout=10)
+            channel = BalancedChannel(lb, classifier=poise.classify.grpc(marker=MARKER), idempotent={METHOD})
+            dispatch = channel.unary_unary(METHOD)  # what a generated stub builds
             for i in range(120):
-                reply = await lb.call(dispatch, f"task-{i}".encode(), attempts=3)
+                reply: bytes = await dispatch(f"task-{i}".encode(), timeout=5.0)
                 served[reply.split(b":")[0].decode()] += 1
             stats = lb.statistics()
             snapshot = lb.snapshot()
     finally:
-        for channel in channels.values():
-            await channel.close()
         for server, _ in started:
             await server.stop(None)
 

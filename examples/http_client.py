@@ -55,7 +55,7 @@ async def main() -> None:
             poise.StaticDiscovery(endpoints),
             policy=poise.RoundRobin(),
             # Two of three may be out at once: charlie's Retry-After window counts too.
-            circuit=poise.CircuitPolicy(consecutive_failures=3, minimum_volume=3, max_ejection_percent=67),
+            circuit=poise.CircuitPolicy(consecutive_failures=3, minimum_volume=3, max_ejection_percent=0.67),
             seed=1,
         )
         events: list[str] = []

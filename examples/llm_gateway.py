@@ -70,7 +70,7 @@ async def main() -> None:
         classifier=poise.classify.http(),
         # 60 s open windows, doubling per failed probe up to 5 minutes (seed 001's backoff).
         circuit=poise.CircuitPolicy(
-            escalation=poise.Escalation(base=60.0, maximum=300.0, jitter=0.0), max_ejection_percent=100
+            escalation=poise.Escalation(base=60.0, maximum=300.0, jitter=0.0), max_ejection_percent=1.0
         ),
         seed=1,
     )

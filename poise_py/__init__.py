@@ -9,6 +9,8 @@ from __future__ import annotations
 from . import classify as classify
 from . import probes as probes
 from ._balancer import LoadBalancer as LoadBalancer
+from ._calls import CallEnded as CallEnded
+from ._calls import CallObserver as CallObserver
 from ._classify import Classifier as Classifier
 from ._classify import FaultError as FaultError
 from ._classify import default_classifier as default_classifier
@@ -32,6 +34,7 @@ from ._core._ejection import HardCap as HardCap
 from ._core._health import HealthCheck as HealthCheck
 from ._core._health import HealthSnapshot as HealthSnapshot
 from ._core._health import HealthStatus as HealthStatus
+from ._core._outlier import SuccessRateEjection as SuccessRateEjection
 from ._core._policies import ConsistentHash as ConsistentHash
 from ._core._policies import PeakEwma as PeakEwma
 from ._core._policies import Policy as Policy
@@ -83,6 +86,7 @@ from ._errors import SelectionError as SelectionError
 from ._errors import StaleRevision as StaleRevision
 from ._errors import UnknownIdentity as UnknownIdentity
 from ._errors import WeightOverflow as WeightOverflow
+from ._errors import WrongThread as WrongThread
 from ._events import BalancerEvent as BalancerEvent
 from ._events import CircuitClosed as CircuitClosed
 from ._events import CircuitHalfOpened as CircuitHalfOpened
@@ -90,6 +94,8 @@ from ._events import CircuitOpened as CircuitOpened
 from ._events import CoordinationFallback as CoordinationFallback
 from ._events import DiscoveryApplied as DiscoveryApplied
 from ._events import DiscoveryRejected as DiscoveryRejected
+from ._events import EndpointDegradationEnded as EndpointDegradationEnded
+from ._events import EndpointDegraded as EndpointDegraded
 from ._events import EndpointEjected as EndpointEjected
 from ._events import EndpointReadmitted as EndpointReadmitted
 from ._events import NoEligibleCleared as NoEligibleCleared

@@ -12,11 +12,13 @@ import logging
 import math
 import random
 from collections.abc import AsyncIterable, Awaitable, Callable, Collection, Hashable
+from threading import get_ident
 from types import TracebackType
 from typing import Any, TypeVar
 
 import anyio
 
+from ._calls import CallObserver, ObservedPermit
 from ._classify import Classifier, default_classifier
 from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
@@ -41,6 +43,7 @@ from ._errors import (
     NotRunning,
     ReadyTimeout,
     SelectionError,
+    WrongThread,
 )
 from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected, PanicEnded, PanicStarted
 from ._faults import Classification, Fault
@@ -55,6 +58,10 @@ from ._telemetry import DEFAULT_EVENT_BUFFER, EventStream, Observer, Telemetry
 
 logger = logging.getLogger("poise_py")
 T = TypeVar("T")
+
+
+_NO_EXCLUDE: Collection[str] = ()
+"""``acquire``'s default ``exclude``: recognised by identity, so the common call checks nothing."""
 
 
 def _backend_clock() -> Callable[[], float]:
@@ -134,6 +141,10 @@ class LoadBalancer:
         if not hasattr(discovery, "__aiter__"):
             raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
         policy = PowerOfTwoChoices() if policy is None else policy
+        if isinstance(policy, type):
+            raise ConfigError(
+                "policy", f"must be a policy instance, got the class {policy.__name__}: write {policy.__name__}()"
+            )
         if not callable(getattr(policy, "bind", None)):
             raise ConfigError("policy", f"must be a selection policy, got {policy!r}")
         circuit = CircuitPolicy() if circuit is None else circuit
@@ -184,7 +195,9 @@ class LoadBalancer:
             on_transition=self._on_transition,
             on_idle=self._on_idle,
             on_panic=self._on_panic,
+            on_degraded=self._on_degraded,
         )
+        self._pool.on_armed = self._wake_timer
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
@@ -201,10 +214,14 @@ class LoadBalancer:
         self._cancelled: type[BaseException] = BaseException
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running = False
+        self._thread = 0
+        """The id of the thread whose event loop runs the balancer (set by ``async with``)."""
         self._closed = False
-        self._serving = False
+        self._gate = 0
+        """The owner thread's id while serving, else 0: ``acquire``'s one test on its hot path."""
         self._timer_wakeup: anyio.Event | None = None
         self._budget = Budget(retry_budget)
+        self._call_observers: tuple[CallObserver, ...] = ()
         self._retries_denied = 0
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
         if self._health is not None:
@@ -222,6 +239,7 @@ class LoadBalancer:
         if self._running:
             raise AlreadyRunning("this LoadBalancer is already running")
         self._clock = self._clock_arg or _backend_clock()
+        self._thread = get_ident()
         self._cancelled = anyio.get_cancelled_exc_class()
         self._closed = False
         self._timer_wakeup = anyio.Event()
@@ -236,7 +254,7 @@ class LoadBalancer:
         self._task_group = task_group
         self._membership.attach(task_group)
         self._running = True
-        self._serving = True
+        self._gate = self._thread
         if not isinstance(source, StaticDiscovery):
             task_group.start_soon(self._run_discovery, source)
         task_group.start_soon(self._run_timers)
@@ -258,7 +276,8 @@ class LoadBalancer:
     ) -> bool | None:
         task_group = self._task_group
         assert task_group is not None  # noqa: S101 - set by __aenter__
-        self._running = self._serving = False
+        self._running = False
+        self._gate = 0
         self._task_group = None
         task_group.cancel_scope.cancel()
         self._telemetry.close()
@@ -285,7 +304,7 @@ class LoadBalancer:
 
     # -- the hot path ------------------------------------------------------------------
 
-    def acquire(self, *, key: Hashable | None = None, exclude: Collection[str] = ()) -> Permit:
+    def acquire(self, *, key: Hashable | None = None, exclude: Collection[str] = _NO_EXCLUDE) -> Permit:
         """Reserve a permit for one call.
 
         Selection happens here, synchronously and atomically (a half-open probe slot is
@@ -293,7 +312,9 @@ class LoadBalancer:
 
         Args:
             key: the request key for hashing policies.
-            exclude: endpoint ids not to choose (already tried).
+            exclude: endpoint ids not to choose (already tried): a collection of
+                strings (a list, a set...). One bare string is refused, not read as a
+                collection of characters.
 
         Raises:
             EmptyPool: discovery has delivered no endpoint yet.
@@ -302,13 +323,14 @@ class LoadBalancer:
                 the last one; the per-reason counts are on its ``__cause__``).
             DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
             NotRunning: outside ``async with lb``.
+            ConfigError: ``exclude`` is not a collection of endpoint ids.
+            WrongThread: called from a thread other than the balancer's (a balancer
+                belongs to one event loop).
         """
-        if not self._serving:
-            if not self._running:
-                raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
-            closed = DiscoveryClosed("the discovery stream ended and the balancer fails closed")
-            self._telemetry.selection_failed(closed, self._clock())
-            raise closed
+        if exclude is not _NO_EXCLUDE:
+            _check_exclude(exclude)
+        if get_ident() != self._gate:  # one test: serving, and on the owner's thread
+            self._refuse()
         try:
             selected = self._pool.select(self._clock, key, exclude)
         except SelectionError as exc:
@@ -319,7 +341,26 @@ class LoadBalancer:
                     raise readiness from exc
             self._telemetry.selection_failed(exc, self._clock())
             raise
+<<<<<<< HEAD
         return UnenteredPermit(self, selected)
+=======
+        if self._call_observers:
+            return ObservedPermit(self, selected, self._call_observers)
+        return Permit(self, selected)
+>>>>>>> main
+
+    def _refuse(self) -> None:
+        """Why ``acquire`` cannot select now: not running, another thread, or failed closed."""
+        if not self._running:
+            raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
+        if get_ident() != self._thread:
+            raise WrongThread(
+                "acquire() was called from another thread: a LoadBalancer belongs to the event loop that "
+                "runs its `async with` block; hand the call to that loop (anyio.from_thread.run)"
+            )
+        closed = DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+        self._telemetry.selection_failed(closed, self._clock())
+        raise closed
 
     async def call(
         self,
@@ -362,16 +403,22 @@ class LoadBalancer:
         )
 
     def _finish_exc(self, permit: Permit, exc: BaseException) -> None:
+        verdict = self._exit_verdict(exc, permit._state.endpoint.id)
+        if verdict is None:
+            self._pool.cancel(permit._state, permit._ticket)
+            return
+        self._finish(permit, verdict[0], verdict[1])
+
+    def _exit_verdict(self, exc: BaseException, endpoint_id: str) -> tuple[Fault, float | None] | None:
+        """How a permit block left by ``exc`` is recorded: (fault, retry_after), or None to cancel."""
         if isinstance(exc, BaseExceptionGroup):
             _, rest = exc.split(self._cancelled)
             leaf = _first_exception(rest) if rest is not None else None
         else:
             leaf = exc if isinstance(exc, Exception) and not isinstance(exc, self._cancelled) else None
         if leaf is None:  # cancellation, KeyboardInterrupt, SystemExit, GeneratorExit
-            self._pool.cancel(permit._state, permit._ticket)
-            return
-        fault, retry_after = self._classify(leaf, permit._state.endpoint.id)
-        self._finish(permit, fault, retry_after)
+            return None
+        return self._classify(leaf, endpoint_id)
 
     def _classify(self, exc: Exception, endpoint_id: str | None = None) -> tuple[Fault, float | None]:
         try:
@@ -497,6 +544,51 @@ class LoadBalancer:
         """Stop calling ``observer`` (ValueError if it was not added)."""
         self._telemetry.remove_observer(observer)
 
+    def add_call_observer(self, observer: CallObserver) -> None:
+        """Call ``observer(ended)`` with a :class:`CallEnded` as each permit issued from now on ends.
+
+        ``ended`` carries the endpoint, the outcome (success, fault tier or cancellation)
+        and the duration from ``acquire`` to the report on the balancer's clock: what a
+        call-duration histogram needs. The callback runs synchronously after the outcome
+        is recorded, on every call: keep it cheap, never block. An exception it raises is
+        logged (rate-limited) and otherwise ignored. A permit garbage-collected without a
+        report is counted as a cancellation but not observed. With no call observer,
+        permits pay nothing for this.
+        """
+        if not callable(observer):
+            raise ConfigError("observer", f"must be callable, got {observer!r}")
+        self._call_observers = (*self._call_observers, observer)
+
+    def remove_call_observer(self, observer: CallObserver) -> None:
+        """Stop calling ``observer`` for permits issued from now on (ValueError if it was not added)."""
+        observers = list(self._call_observers)
+        observers.remove(observer)
+        self._call_observers = tuple(observers)
+
+    def _observer_failed(self, observer: object, exc: Exception) -> None:
+        self._telemetry.log.log(
+            logging.ERROR,
+            ("call-observer", id(observer)),
+            self._clock(),
+            "poise_py: call observer %r raised",
+            observer,
+            exc_info=exc,
+        )
+
+    def _read_snapshot(self) -> PoolSnapshot:
+        """:meth:`snapshot` without side effects (no timers run), for a metrics reader on another thread."""
+        try:
+            now = self._clock()
+        except Exception:  # noqa: BLE001 - outside the event loop the backend clock cannot be read
+            now = math.nan
+        health = self._health
+        for _ in range(3):
+            try:
+                return pool_snapshot(self._pool, now, health=None if health is None else health.snapshot)
+            except RuntimeError:  # the pool changed size under a reader thread: read again
+                continue
+        return pool_snapshot(self._pool, now, health=None if health is None else health.snapshot)
+
     def _read_statistics(self) -> BalancerStatistics:
         """:meth:`statistics` without side effects, for a metrics reader on another thread."""
         try:
@@ -544,7 +636,7 @@ class LoadBalancer:
         changes = await membership.apply(update, self._clock)
         now = self._clock()
         self._closed = False
-        self._serving = self._running
+        self._gate = self._thread if self._running else 0
         self._telemetry.emit(
             DiscoveryApplied(
                 at=now,
@@ -586,7 +678,7 @@ class LoadBalancer:
         if self._on_end is DiscoveryEnd.FAIL_CLOSED:
             self._membership.clear(self._clock())
             self._closed = True
-            self._serving = False
+            self._gate = 0
             logger.warning("poise_py: the discovery stream ended; failing closed")
         else:
             logger.info("poise_py: the discovery stream ended; serving the last known good pool")
@@ -665,10 +757,25 @@ class LoadBalancer:
             self._coordinator.moved(state, transition)
         self._telemetry.on_transition(state, transition)
 
+    def _wake_timer(self) -> None:
+        if self._timer_wakeup is not None:
+            self._timer_wakeup.set()
+
+    def _on_degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+        self._telemetry.degraded(state, degraded, self._clock())
+
     def _on_panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
         """A tier started or stopped panicking: PanicStarted / PanicEnded (logged by telemetry)."""
         event = PanicStarted if started else PanicEnded
         self._telemetry.emit(event(at=self._clock(), tier=tier, healthy_share=healthy_share))
+
+
+def _check_exclude(exclude: object) -> None:
+    if isinstance(exclude, str | bytes) or not isinstance(exclude, Collection):
+        raise ConfigError("exclude", f"must be a collection of endpoint ids such as a list or a set, got {exclude!r}")
+    for endpoint_id in exclude:
+        if not isinstance(endpoint_id, str):
+            raise ConfigError("exclude", f"must hold endpoint ids (strings), got {endpoint_id!r}")
 
 
 def _first_exception(group: BaseException) -> Exception | None:

@@ -373,6 +373,8 @@ def build_balancers(endpoints: list[poise.Endpoint], seed: int) -> list[tuple[st
                 seed=seed,
                 policy=poise.RoundRobin(),
                 classifier=_everything_transient,
+                # naive: a run of TRANSIENT faults must not eject either
+                circuit=poise.CircuitPolicy(consecutive_transient_failures=None),
             ),
             False,
         ),

@@ -30,9 +30,13 @@ def _endpoint_tuple(value: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
 
 
 def _id_tuple(value: Iterable[str]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise ConfigError("removed", "must be an iterable of endpoint ids, not one string")
-    return tuple(value)
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigError("removed", f"must be an iterable of endpoint ids (strings), got {value!r}")
+    ids = tuple(value)
+    for i in ids:
+        if not isinstance(i, str):
+            raise ConfigError("removed", f"must hold endpoint ids (strings), got {i!r}")
+    return ids
 
 
 @attrs.frozen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -27,6 +28,29 @@ def getaddrinfo_resolver(family: int = socket.AF_UNSPEC) -> Resolver:
         return [str(sockaddr[0]) for *_, sockaddr in answer]
 
     return resolve
+
+
+def check_host(host: object) -> str:
+    """Validate a DNS name (or an IP literal) as the resolver will see it, or raise :class:`ConfigError`."""
+    if not isinstance(host, str) or not host:
+        raise ConfigError("host", f"must be a non-empty string, got {host!r}")
+    try:
+        ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        pass
+    else:
+        return host  # an IP literal: nothing to encode
+    if any(c.isspace() or not c.isprintable() for c in host):
+        raise ConfigError("host", f"must be a DNS name without spaces or control characters, got {host!r}")
+    try:
+        encoded = host.encode("idna")
+    except UnicodeError as exc:
+        raise ConfigError(
+            "host", f"is not a valid DNS name ({exc.__cause__ or exc}; labels hold 1 to 63 bytes): {host!r}"
+        ) from exc
+    if len(encoded.rstrip(b".")) > 253:
+        raise ConfigError("host", f"is longer than the 253 bytes a DNS name may have: {host[:40]!r}...")
+    return host
 
 
 def _endpoint_id(ip: str, port: int) -> str:
@@ -66,8 +90,7 @@ class DnsDiscovery:
         family: int = socket.AF_UNSPEC,
         resolver: Resolver | None = None,
     ) -> None:
-        if not isinstance(host, str) or not host:
-            raise ConfigError("host", f"must be a non-empty string, got {host!r}")
+        check_host(host)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError("port", f"must be an int in [0, 65535], got {port!r}")
         if family not in (socket.AF_UNSPEC, socket.AF_INET, socket.AF_INET6):
@@ -79,7 +102,7 @@ class DnsDiscovery:
         self.interval: float = check_duration("interval", interval)
         self._resolve = resolver or getaddrinfo_resolver(family)
         self._revision = 0
-        self.error: OSError | None = None
+        self.error: Exception | None = None
         self.failures: int = 0
 
     def __aiter__(self) -> AsyncIterator[Update]:
@@ -103,7 +126,10 @@ class DnsDiscovery:
             answer = tuple(sorted(set(await self._resolve(self.host, self.port))))
             if not answer:
                 raise OSError(f"{self.host!r} resolved to no address")  # noqa: TRY301 - handled as a failed lookup
-        except OSError as exc:
+            for ip in answer:
+                if not isinstance(ip, str) or not ip:
+                    raise TypeError(f"the resolver answered {ip!r}, not an address string")  # noqa: TRY301
+        except Exception as exc:  # noqa: BLE001 - any resolver failure is a failed round
             self.failures += 1
             if self.error is None:
                 logger.warning("poise_py: DNS lookup of %r failed (%s); pool unchanged", self.host, exc)

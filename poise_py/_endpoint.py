@@ -17,6 +17,8 @@ MAX_WEIGHT = 2**32
 
 
 def _freeze_metadata(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError("Endpoint.metadata", f"must be a mapping (a dict), got {type(value).__name__}: {value!r:.80}")
     return MappingProxyType(dict(value))
 
 
@@ -53,6 +55,8 @@ class Endpoint:
             raise ConfigError("Endpoint.weight", f"must be an int in [1, 2**32], got {self.weight!r}")
         if isinstance(self.tier, bool) or not isinstance(self.tier, int) or self.tier < 0:
             raise ConfigError("Endpoint.tier", f"must be an int >= 0, got {self.tier!r}")
+        if self.zone is not None and not isinstance(self.zone, str):
+            raise ConfigError("Endpoint.zone", f"must be a string or None, got {self.zone!r:.80}")
 
 
 class AdminStatus(enum.Enum):
@@ -79,4 +83,31 @@ def check_duration(knob: str, value: float, *, allow_zero: bool = False) -> floa
         raise ConfigError(knob, f"must be finite, got {value!r}")
     if v < 0 or (v == 0 and not allow_zero):
         raise ConfigError(knob, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return v
+
+
+def check_share(
+    knob: str,
+    value: float,
+    *,
+    high: float = 1.0,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """Validate a share knob: a *fraction* (0.5 means half), raising :class:`ConfigError` naming it.
+
+    Every share knob takes a fraction (``docs/knobs.md`` lists them). A value that reads
+    as a percent (past ``high``, up to ``100 * high``) gets an error saying so and giving
+    the fraction to write instead.
+    """
+    low_mark, high_mark = "(" if low_open else "[", ")" if high_open else "]"
+    span = f"{low_mark}0, {high:g}{high_mark}"
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r}")
+    v = float(value)
+    if v < 0 or (low_open and v == 0) or v > high or (high_open and v == high):
+        hint = ""
+        if high < v <= 100 * high:
+            hint = f": {value!r} looks like a percent; shares are fractions, so write {v / 100:g}"
+        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r}{hint}")
     return v

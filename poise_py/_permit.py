@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -24,16 +25,19 @@ class Permit:
     the fault (the exception always propagates); by the backend's cancellation (or any
     non-``Exception`` such as ``KeyboardInterrupt``) -> cancellation, which is not a
     fault. An explicit :meth:`succeed`, :meth:`fail` or :meth:`cancel` inside the block
-    wins over the exit. Reporting twice raises :class:`PermitError`. A permit dropped
-    without a report (never entered, or garbage-collected) is a cancellation.
+    wins over the exit. Reporting twice raises :class:`PermitError`, and so does entering
+    a permit a second time (one permit is one call: take a new one for the next). A permit
+    garbage-collected without a report (never entered, say) still counts as a
+    cancellation, and emits a :class:`ResourceWarning` naming it, as an unclosed asyncio
+    transport does.
     """
 
-    __slots__ = ("_decision", "_done", "_lb", "_started", "_state", "_ticket")
+    __slots__ = ("_decision", "_done", "_entered", "_lb", "_started", "_state", "_ticket")
 
     def __init__(self, lb: LoadBalancer, selected: Selection) -> None:
         # The pool's selection tuple is taken whole: one argument instead of four, and no
         # unpacking in ``acquire`` (this constructor runs on every call).
-        self._done = False
+        self._done = self._entered = False
         self._lb = lb
         self._state, self._ticket, self._started, self._decision = selected
 
@@ -95,9 +99,15 @@ class Permit:
         self._done = True
 
     async def __aenter__(self) -> Permit:
+<<<<<<< HEAD
         # Entered: the exit reports the outcome whatever happens (an exception, a
         # cancellation, the coroutine closed), so the finaliser is not needed any more.
         self.__class__ = Permit
+=======
+        if self._entered:
+            raise PermitError(f"{self!r} was already entered: one permit is one call, acquire a new one")
+        self._entered = True
+>>>>>>> main
         return self
 
     async def __aexit__(
@@ -115,6 +125,22 @@ class Permit:
         else:
             self._lb._finish_exc(self, exc)
 
+<<<<<<< HEAD
+=======
+    def __del__(self) -> None:
+        # Runs at any point, even inside a pool operation (cyclic GC): only enqueue.
+        if not self._done:
+            self._done = True
+            self._lb._pool.orphans.append((self._state, self._ticket))
+            warnings.warn(
+                f"unreported permit {self!r}: use `async with lb.acquire() as permit:`; "
+                "it was counted as a cancellation",
+                ResourceWarning,
+                stacklevel=1,
+                source=self,
+            )
+
+>>>>>>> main
     def __repr__(self) -> str:
         kind = "probe " if self._ticket.probe else ""
         mode = self._decision.mode

@@ -48,7 +48,7 @@ ESCALATING = poise.CircuitPolicy(
     minimum_volume=1,
     permitted_probes=1,
     escalation=poise.Escalation(base=30.0, maximum=300.0, jitter=0.0),
-    max_ejection_percent=100.0,
+    max_ejection_percent=1.0,
 )
 """One strike trips; open waits 30, 60, 120, 240, 300 s with no jitter."""
 

@@ -14,7 +14,7 @@ TRIO_MOCK_CLOCK = ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0
 TRIP_AT_ONCE = poise.CircuitPolicy(
     consecutive_failures=1,
     minimum_volume=1,
-    max_ejection_percent=100,
+    max_ejection_percent=1.0,
     escalation=poise.Escalation(base=30.0, jitter=0.0),
 )
 """A circuit that opens on the first strike, for 30 s exactly, with no ejection guard."""

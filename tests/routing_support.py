@@ -10,7 +10,7 @@ import poise_py as poise
 from poise_py._core._pool import Pool
 from poise_py._core._routing import PanicHook
 
-EJECT_ALL = poise.CircuitPolicy(max_ejection_percent=100.0)
+EJECT_ALL = poise.CircuitPolicy(max_ejection_percent=1.0)
 """A circuit that lets every endpoint be ejected (the routing suites eject on purpose)."""
 
 

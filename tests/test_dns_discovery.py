@@ -131,3 +131,46 @@ def test_invalid_dns_knobs_raise_config_error(kwargs: dict[str, Any], knob: str)
     with pytest.raises(poise.ConfigError) as caught:
         poise.DnsDiscovery(**args)
     assert caught.value.knob == knob
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["\u00e9" * 70 + ".example", "a" * 64 + ".example", "a..b", "svc internal", "x." * 130 + "com", "\x00svc"],
+    ids=["non-ascii-over-long-label", "over-long-label", "empty-label", "space", "over-long-name", "control"],
+)
+def test_a_name_that_cannot_be_resolved_is_a_config_error_at_construction(host: str) -> None:
+    with pytest.raises(poise.ConfigError) as caught:
+        poise.DnsDiscovery(host, 80)
+    assert caught.value.knob == "host"
+
+
+@pytest.mark.parametrize(
+    "host", ["svc.internal", "b\u00fccher.example", "example.com.", "::1", "127.0.0.1", "localhost"]
+)
+def test_valid_names_and_ip_literals_are_accepted(host: str) -> None:
+    assert poise.DnsDiscovery(host, 80).host == host
+
+
+@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
+async def test_any_resolver_error_is_a_counted_failed_round_and_resolution_goes_on(anyio_backend: Any) -> None:
+    resolver = FakeResolver(
+        [
+            ["10.0.0.1"],
+            UnicodeError("encoding with 'idna' codec failed (UnicodeError: label too long)"),
+            ValueError("a broken resolver"),
+            [None],  # an answer that is not an address
+            ["10.0.0.2"],
+        ]
+    )
+    source = poise.DnsDiscovery("svc.internal", 80, interval=5, resolver=resolver)
+    lb = poise.LoadBalancer(source, on_discovery_end=poise.DiscoveryEnd.FAIL_CLOSED)
+    async with lb:
+        for _ in range(100):
+            if lb.discovery_revision == 2:
+                break
+            await trio.sleep(1)
+            if lb.discovery_revision == 1 and source.failures:
+                assert {e.id for e in lb.snapshot().endpoints} == {"10.0.0.1:80"}  # the last pool is kept
+        assert {e.id for e in lb.snapshot().endpoints} == {"10.0.0.2:80"}
+    assert source.failures == 3
+    assert source.error is None

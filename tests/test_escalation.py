@@ -76,8 +76,8 @@ def test_decay_drops_one_level_per_interval() -> None:
 def test_ejection_allowance_always_lets_one_endpoint_go() -> None:
     from poise_py._core._ejection import ejection_allowance
 
-    assert ejection_allowance(1, 10) == 1
-    assert ejection_allowance(3, 10) == 1
-    assert ejection_allowance(4, 50) == 2
+    assert ejection_allowance(1, 0.1) == 1
+    assert ejection_allowance(3, 0.1) == 1
+    assert ejection_allowance(4, 0.5) == 2
     assert ejection_allowance(10, 0) == 1
-    assert ejection_allowance(5, 100) == 5
+    assert ejection_allowance(5, 1.0) == 5

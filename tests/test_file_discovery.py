@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,81 @@ def test_invalid_file_knobs_raise_config_error(kwargs: dict[str, Any], knob: str
     with pytest.raises(poise.ConfigError) as caught:
         poise.FileDiscovery(**kwargs)
     assert caught.value.knob == knob
+
+
+NESTED = b'{"endpoints": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+HUGE_NUMBER = b'{"endpoints": [{"id": "a", "weight": ' + b"9" * 5_000 + b"}]}"
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        (NESTED, "too deeply nested"),
+        (HUGE_NUMBER, "ValueError"),
+        (b'{"endpoints": [{"id": "a", "metadata": ' + b'{"k": ' * 40 + b"1" + b"}" * 40 + b"}]}", "more than 32 deep"),
+    ],
+    ids=["nested", "huge-number", "deep-metadata"],
+)
+@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
+async def test_a_nested_or_huge_number_file_is_one_error_and_a_fixed_file_is_picked_up_even_when_failing_closed(
+    anyio_backend: Any, tmp_path: Path, document: bytes, problem: str
+) -> None:
+    path = tmp_path / "endpoints.json"
+    write_json(path, "a", "b")
+    errors: list[poise.EndpointsFileError] = []
+    source = poise.FileDiscovery(path, interval=1.0, on_error=errors.append)
+    lb = poise.LoadBalancer(discovery=source, on_discovery_end=poise.DiscoveryEnd.FAIL_CLOSED)
+    async with lb:
+        await until(lambda: live_ids(lb) == {"a", "b"})
+        path.write_bytes(document)
+        await until(lambda: bool(errors))
+        assert problem in errors[0].problem
+        assert live_ids(lb) == {"a", "b"}  # the last good pool is kept
+        async with lb.acquire():  # and serving: the stream did not end
+            pass
+        write_json(path, "c")
+        await until(lambda: live_ids(lb) == {"c"})  # still watching
+        assert source.error is None
+    assert len(errors) == 1
+
+
+@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
+async def test_a_file_over_max_bytes_is_rejected_unparsed_and_the_pool_kept(anyio_backend: Any, tmp_path: Path) -> None:
+    path = tmp_path / "endpoints.json"
+    write_json(path, "a")
+    errors: list[poise.EndpointsFileError] = []
+    source = poise.FileDiscovery(path, interval=1.0, on_error=errors.append, max_bytes=200)
+    async with poise.LoadBalancer(discovery=source) as lb:
+        await until(lambda: live_ids(lb) == {"a"})
+        write_json(path, *(f"n{i}" for i in range(20)))
+        await until(lambda: bool(errors))
+        assert "max_bytes=200" in errors[0].problem
+        assert live_ids(lb) == {"a"}
+    with pytest.raises(poise.EndpointsFileError, match="max_bytes"):
+        await source.load()
+
+
+async def test_a_large_file_is_parsed_in_a_worker_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from poise_py import _file_discovery
+
+    path = tmp_path / "endpoints.json"
+    write_json(path, *(f"node-{i}" for i in range(2_000)))  # well over the 64 KiB threshold
+    threads: list[int] = []
+    parse = _file_discovery.parse_endpoints
+
+    def spy(data: bytes, fmt: str, where: str = "<endpoints>") -> tuple[poise.Endpoint, ...]:
+        threads.append(threading.get_ident())
+        return parse(data, fmt, where)
+
+    monkeypatch.setattr(_file_discovery, "parse_endpoints", spy)
+    loaded = await poise.FileDiscovery(path).load()
+    assert len(loaded) == 2_000
+    assert threads
+    assert threads[0] != threading.get_ident()  # not on the event loop's thread
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "16MiB", None])
+def test_an_invalid_max_bytes_raises_config_error(value: Any) -> None:
+    with pytest.raises(poise.ConfigError) as caught:
+        poise.FileDiscovery("pool.json", max_bytes=value)
+    assert caught.value.knob == "max_bytes"

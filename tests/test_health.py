@@ -297,7 +297,7 @@ async def test_a_permit_from_before_an_uneject_is_stale() -> None:
     policy = poise.CircuitPolicy(
         consecutive_failures=1,
         minimum_volume=1,
-        max_ejection_percent=100.0,
+        max_ejection_percent=1.0,
         escalation=poise.Escalation(base=30.0, jitter=0.0),
     )
     async with health_lb(probe, "a", circuit=policy, healthy_threshold=1) as lb:

@@ -83,7 +83,7 @@ class HealthMachine(RuleBasedStateMachine):
             uneject=uneject,
             jitter=jitter,
         )
-        circuit = poise.CircuitPolicy(consecutive_failures=1, minimum_volume=1, max_ejection_percent=100.0)
+        circuit = poise.CircuitPolicy(consecutive_failures=1, minimum_volume=1, max_ejection_percent=1.0)
         self.pool = Pool(circuit, poise.RoundRobin(), random.Random(5))
         self.runner = HealthRunner(check, self.pool, random.Random(6).random)
 

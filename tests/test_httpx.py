@@ -249,3 +249,84 @@ def test_bad_transport_knobs_raise_config_error() -> None:
         PoiseTransport("lb")  # type: ignore[arg-type]
     with pytest.raises(poise.ConfigError):
         PoiseTransport(lb, gateway="suspect")  # type: ignore[arg-type]
+
+
+async def test_an_https_request_is_not_sent_in_cleartext_to_an_http_address_and_the_endpoint_is_ejected() -> None:
+    async with fault_servers("a") as servers:
+        host, port = servers[0].address
+        lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a", address=f"http://{host}:{port}")]))
+        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url="https://api.internal") as client:
+            with pytest.raises(poise.ConfigError, match="cleartext") as caught:
+                await client.get("/secret", headers={"Authorization": "Bearer t0ken"})
+            assert caught.value.knob == "Endpoint.address"
+            assert servers[0].hits == 0  # nothing went out
+            assert lb.snapshot()["a"].state is not CircuitState.CLOSED  # FATAL: ejected
+            assert counters(lb, "a").faults[Fault.FATAL] == 1
+
+
+async def test_an_endpoint_whose_metadata_allows_it_takes_an_https_request_over_http() -> None:
+    async with fault_servers("a") as servers:
+        host, port = servers[0].address
+        endpoint = poise.Endpoint("a", address=f"http://{host}:{port}", metadata={"allow_http_downgrade": True})
+        lb = poise.LoadBalancer(poise.StaticDiscovery([endpoint]))
+        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url="https://api.internal") as client:
+            assert (await client.get("/")).text == "a:200"
+
+
+async def test_an_endpoint_with_an_unusable_address_is_ejected_instead_of_failing_every_request() -> None:
+    async with fault_servers("good") as servers:
+        eps = [poise.Endpoint("good", address=servers[0].address), poise.Endpoint("broken", address=("", 0))]
+        lb = poise.LoadBalancer(poise.StaticDiscovery(eps), policy=poise.RoundRobin())
+        failures, knob = 0, ""
+        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+            for _ in range(20):
+                try:
+                    await client.get("/")
+                except poise.ConfigError as exc:
+                    failures += 1
+                    knob = exc.knob
+            assert knob == "Endpoint.address"
+            assert failures == 1  # the first request sent there; then it is out of rotation
+            assert servers[0].hits == 19
+            assert counters(lb, "broken").faults[Fault.FATAL] == 1
+
+
+async def test_an_unusable_endpoint_is_retried_elsewhere_when_attempts_allow() -> None:
+    async with fault_servers("good") as servers:
+        eps = [poise.Endpoint("broken", address=object()), poise.Endpoint("good", address=servers[0].address)]
+        lb = poise.LoadBalancer(poise.StaticDiscovery(eps), policy=poise.RoundRobin(), seed=1)
+        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb, attempts=2), base_url=BASE) as client:
+            for _ in range(4):
+                assert (await client.get("/")).text == "good:200"
+
+
+async def test_an_absolute_url_to_another_host_is_refused_not_sent_to_the_pool() -> None:
+    async with fault_servers("a") as servers:
+        lb = balancer(servers)
+        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+            await client.get("/")
+            with pytest.raises(poise.ConfigError, match="mounts=") as caught:
+                await client.get("http://elsewhere.example/steal")
+            assert caught.value.knob == "host"
+            assert servers[0].hits == 1
+
+
+async def test_an_explicit_host_is_enforced_from_the_first_request_and_mounts_route_by_host() -> None:
+    async with fault_servers("a") as servers:
+        lb = balancer(servers)
+        transport = PoiseTransport(lb, host="api.internal")
+        async with lb, httpx.AsyncClient(mounts={"http://api.internal": transport}) as client:
+            assert (await client.get("http://api.internal/x")).text == "a:200"
+            with pytest.raises(poise.ConfigError):
+                await transport.handle_async_request(httpx.Request("GET", "http://other.internal/"))
+            assert servers[0].hits == 1
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["ftp://10.0.0.1/", ("h", 0), ("h", 70000), ("h", True), ":80", "http://", "a b", ("", 80)],
+)
+def test_unusable_addresses_are_a_config_error(address: object) -> None:
+    with pytest.raises(poise.ConfigError) as caught:
+        endpoint_url(httpx.URL("http://api/"), poise.Endpoint("e", address=address))
+    assert caught.value.knob == "Endpoint.address"

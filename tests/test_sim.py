@@ -144,7 +144,7 @@ def test_discovery_churn_last_known_good_outlives_a_dead_publisher() -> None:
     by_name = {r.configuration: r for r in report.results}
     last_known_good = by_name["poise_py default"]
     fail_closed = by_name["poise_py fail-closed"]
-    unguarded = by_name["poise_py, max_ejection_percent = 100"]
+    unguarded = by_name["poise_py, max_ejection_percent = 1.0"]
     assert fail_closed.success_rate < last_known_good.success_rate < unguarded.success_rate
     assert last_known_good.success_rate > by_name["naive round-robin"].success_rate
     assert unguarded.success_rate > 0.999

@@ -66,6 +66,26 @@ async def test_status_json_has_every_endpoint_with_circuit_tier_zone_and_counter
     assert [t["tier"] for t in b["tiers"]] == [0, 1]
 
 
+async def test_an_endpoint_the_ejection_guard_keeps_shows_as_degraded(clock: FakeClock) -> None:
+    guarded = poise.CircuitPolicy(
+        consecutive_failures=1, minimum_volume=1, max_ejection_percent=0.5, escalation=poise.Escalation(jitter=0.0)
+    )
+    lb = static_lb("a", "b", circuit=guarded, clock=clock)
+    app = StatusApp(lb)
+    async with lb:
+        for excluded in ("b", "a"):  # a is ejected; b's trip is refused by the 50% guard
+            with pytest.raises(OSError):
+                async with lb.acquire(exclude=[excluded]):
+                    raise OSError("reset")
+        data = await _status(app)
+    [b] = data["balancers"]
+    assert {e["id"]: (e["state"], e["degraded"]) for e in b["endpoints"]} == {
+        "a": ("open", False),
+        "b": ("closed", True),
+    }
+    assert b["pool"]["degraded"] == 1
+
+
 async def test_an_open_circuit_shows_its_escalation_and_the_time_left_in_its_window(clock: FakeClock) -> None:
     lb = static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock)
     app = StatusApp(lb)

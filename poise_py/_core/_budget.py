@@ -13,7 +13,7 @@ import math
 
 import attrs
 
-from .._endpoint import check_duration
+from .._endpoint import check_duration, check_share
 from .._errors import ConfigError
 
 
@@ -22,7 +22,8 @@ class RetryBudget:
     """Retry budget knobs for ``LoadBalancer.call``.
 
     Attributes:
-        percent: retries allowed as a fraction of first attempts over ``ttl`` (0 to 10).
+        percent: retries allowed as a fraction of first attempts over ``ttl`` (0 to 10;
+            0.2, the default, is 20%: a fraction like every share knob, despite the name).
         min_per_second: a floor of retries per second of ``ttl``, whatever the traffic.
         ttl: how long deposits and withdrawals are remembered, seconds.
     """
@@ -32,9 +33,7 @@ class RetryBudget:
     ttl: float = 10.0
 
     def __attrs_post_init__(self) -> None:
-        p = self.percent
-        if isinstance(p, bool) or not isinstance(p, int | float) or math.isnan(p) or not 0 <= p <= 10:
-            raise ConfigError("RetryBudget.percent", f"must be in [0, 10], got {p!r}")
+        check_share("RetryBudget.percent", self.percent, high=10.0)
         m = self.min_per_second
         if isinstance(m, bool) or not isinstance(m, int | float) or math.isnan(m) or not 0 <= m < math.inf:
             raise ConfigError("RetryBudget.min_per_second", f"must be a finite number >= 0, got {m!r}")

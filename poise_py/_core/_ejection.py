@@ -16,7 +16,7 @@ import math
 
 import attrs
 
-from .._endpoint import check_duration
+from .._endpoint import check_duration, check_share
 from .._errors import ConfigError
 
 MAX_LEVEL = 2**64
@@ -66,9 +66,7 @@ class Escalation:
         m = self.multiplier
         if isinstance(m, bool) or not isinstance(m, int | float) or not (1.0 < m < math.inf):
             raise ConfigError("Escalation.multiplier", f"must be a finite number > 1, got {m!r}")
-        j = self.jitter
-        if isinstance(j, bool) or not isinstance(j, int | float) or not (0.0 <= j < 1.0):
-            raise ConfigError("Escalation.jitter", f"must be in [0, 1), got {j!r}")
+        check_share("Escalation.jitter", self.jitter, high_open=True)
         if self.decay_interval is not None:
             check_duration("Escalation.decay_interval", self.decay_interval)
 
@@ -129,6 +127,6 @@ class HardCap:
             raise ConfigError("HardCap", "set max_ejections, max_ejected_time or both")
 
 
-def ejection_allowance(pool_size: int, max_percent: float) -> int:
-    """How many endpoints of a pool may be ejected at once; always at least one."""
-    return max(1, math.floor(pool_size * max_percent / 100.0 + 1e-9))
+def ejection_allowance(pool_size: int, max_share: float) -> int:
+    """How many endpoints of a pool may be ejected at once (``max_share`` a fraction); always at least one."""
+    return max(1, math.floor(pool_size * max_share + 1e-9))

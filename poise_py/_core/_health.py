@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import enum
 import heapq
+import inspect
 from collections.abc import Awaitable, Callable, Iterator
 
 import attrs
 
-from .._endpoint import AdminStatus, Endpoint, check_duration
+from .._endpoint import AdminStatus, Endpoint, check_duration, check_share
 from .._errors import ConfigError
 from ._state import sat_add
 
@@ -71,6 +72,14 @@ def _check_threshold(knob: str, value: int) -> None:
         raise ConfigError(knob, f"must be an int >= 1, got {value!r}")
 
 
+def _is_async_callable(probe: object) -> bool:
+    """An ``async def`` function (or a partial of one), or an object whose ``__call__`` is one."""
+    if inspect.iscoroutinefunction(probe):
+        return True
+    call = getattr(type(probe), "__call__", None)  # noqa: B004 - the class's, not the instance's
+    return call is not None and not inspect.isfunction(probe) and inspect.iscoroutinefunction(call)
+
+
 @attrs.frozen(kw_only=True)
 class HealthCheck:
     """Active health checking: the probe and its schedule (``LoadBalancer(health_check=...)``).
@@ -81,7 +90,9 @@ class HealthCheck:
 
     Attributes:
         probe: ``async def probe(endpoint) -> object``: return for healthy, raise for
-            unhealthy. Ready-made ones are in :mod:`poise_py.probes`.
+            unhealthy. Ready-made ones are in :mod:`poise_py.probes`. An ``async def``
+            function, a ``functools.partial`` of one, or an object whose ``__call__`` is
+            ``async def``; a plain function is refused (:class:`ConfigError`).
         interval: seconds between probes of a HEALTHY endpoint.
         unhealthy_interval: seconds between probes of an endpoint not known healthy
             (UNKNOWN or UNHEALTHY), so it is classified, and readmitted, quickly; at most
@@ -110,8 +121,12 @@ class HealthCheck:
     uneject: bool = True
 
     def __attrs_post_init__(self) -> None:
-        if not callable(self.probe):
-            raise ConfigError("HealthCheck.probe", f"must be an async callable, got {self.probe!r}")
+        if not _is_async_callable(self.probe):
+            raise ConfigError(
+                "HealthCheck.probe",
+                f"must be an async callable (`async def probe(endpoint)`), got {self.probe!r}: "
+                "a plain function's result cannot be awaited, so every probe would fail",
+            )
         check_duration("HealthCheck.interval", self.interval)
         if self.unhealthy_interval is not None:
             check_duration("HealthCheck.unhealthy_interval", self.unhealthy_interval)
@@ -123,9 +138,7 @@ class HealthCheck:
         check_duration("HealthCheck.timeout", self.timeout)
         _check_threshold("HealthCheck.healthy_threshold", self.healthy_threshold)
         _check_threshold("HealthCheck.unhealthy_threshold", self.unhealthy_threshold)
-        j = self.jitter
-        if isinstance(j, bool) or not isinstance(j, int | float) or not (0.0 <= j < 1.0):
-            raise ConfigError("HealthCheck.jitter", f"must be in [0, 1), got {j!r}")
+        check_share("HealthCheck.jitter", self.jitter, high_open=True)
         for knob in ("admit_unknown", "uneject"):
             if not isinstance(getattr(self, knob), bool):
                 raise ConfigError(f"HealthCheck.{knob}", f"must be a bool, got {getattr(self, knob)!r}")

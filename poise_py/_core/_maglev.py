@@ -32,6 +32,8 @@ import zlib
 from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING
 
+from .._errors import ConfigError
+
 if TYPE_CHECKING:
     from ._state import EndpointState
 
@@ -105,7 +107,10 @@ def key_hash(key: Hashable) -> int:
         return key * _GOLDEN & _MASK64  # type: ignore[operator]
     if kind is bytes:
         return zlib.crc32(key) * _GOLDEN & _MASK64  # type: ignore[arg-type]
-    return hash(key) * _GOLDEN & _MASK64
+    try:
+        return hash(key) * _GOLDEN & _MASK64
+    except TypeError:
+        raise ConfigError("key", f"must be hashable (a str, bytes, int or tuple...), got {kind.__name__}") from None
 
 
 def _permutation(endpoint_id: str, size: int) -> tuple[int, int]:

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
-from .._endpoint import check_duration
+from .._endpoint import check_duration, check_share
 from .._errors import ConfigError
 from ._ejection import Escalation, HardCap
+from ._outlier import SuccessRateEjection
 from ._window import CountWindow, TimeWindow
 
 
 def _check_rate(knob: str, value: float | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ConfigError(knob, f"must be a fraction in (0, 1] or None, got {value!r}")
-    if not 0.0 < value <= 1.0:
-        raise ConfigError(knob, f"must be a fraction in (0, 1] or None, got {value!r}")
+    if value is not None:
+        check_share(knob, value, low_open=True)
 
 
 def _check_count(knob: str, value: int | None, *, minimum: int = 1, optional: bool = False) -> None:
@@ -39,8 +34,18 @@ class CircuitPolicy:
     Attributes:
         consecutive_failures: trip after this many SUSPECT faults in a row (a success
             resets the run); ``None`` disables the condition.
+        consecutive_transient_failures: trip after this many TRANSIENT faults with no
+            success in between (their own run: a SUSPECT fault does not end it, nor a
+            TRANSIENT one the SUSPECT run); one TRANSIENT fault never trips. ``None``
+            disables the condition. Envoy's ``consecutive_gateway_failure``.
         failure_rate: trip when failures / volume over the window reaches this fraction;
             ``None`` (default) disables it.
+        minimum_hosts: with ``failure_rate``, the rate trip applies only while at least
+            this many endpoints (closed circuits) have ``minimum_volume`` outcomes in their
+            window; ``None`` (default): always. Envoy's
+            ``failure_percentage_minimum_hosts``.
+        success_rate: opt-in pool-relative outlier detection, :class:`SuccessRateEjection`
+            (Envoy's success-rate ejection); ``None`` (default) disables it.
         slow_call_rate: trip when slow calls / volume reaches this fraction; needs
             ``slow_call_duration``.
         slow_call_duration: a call that takes at least this long counts as slow.
@@ -50,14 +55,19 @@ class CircuitPolicy:
         permitted_probes: half-open probe slots, reserved atomically at selection.
         success_threshold: successful probes that close a half-open circuit.
         escalation: the open window and how it grows (:class:`Escalation`).
-        max_ejection_percent: at most this share of the pool is ejected at once (always at
-            least one endpoint may be); a trip past it is suppressed and counted.
+        max_ejection_percent: at most this share of the pool is ejected at once, a
+            fraction like every share knob (0.5, the default, is half; 1.0 all); always at
+            least one endpoint may be. A trip past it is suppressed and counted. A value
+            over 1 (``50``, a percent) is a :class:`ConfigError` giving the fraction.
         max_retry_after: a server's ``retry_after`` is honoured up to this many seconds.
         hard_cap: optional :class:`HardCap` retiring an endpoint until rediscovered.
     """
 
     consecutive_failures: int | None = 5
+    consecutive_transient_failures: int | None = 5
     failure_rate: float | None = None
+    minimum_hosts: int | None = None
+    success_rate: SuccessRateEjection | None = None
     slow_call_rate: float | None = None
     slow_call_duration: float | None = None
     minimum_volume: int = 5
@@ -65,7 +75,7 @@ class CircuitPolicy:
     permitted_probes: int = 1
     success_threshold: int = 1
     escalation: Escalation = attrs.field(factory=Escalation)
-    max_ejection_percent: float = 50.0
+    max_ejection_percent: float = 0.5
     max_retry_after: float = 600.0
     hard_cap: HardCap | None = None
 
@@ -81,7 +91,20 @@ class CircuitPolicy:
 
     def __attrs_post_init__(self) -> None:
         _check_count("CircuitPolicy.consecutive_failures", self.consecutive_failures, optional=True)
+        n = self.consecutive_transient_failures
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 2):
+            raise ConfigError(
+                "CircuitPolicy.consecutive_transient_failures",
+                f"must be an int >= 2 (one TRANSIENT fault never ejects) or None, got {n!r}",
+            )
         _check_rate("CircuitPolicy.failure_rate", self.failure_rate)
+        _check_count("CircuitPolicy.minimum_hosts", self.minimum_hosts, optional=True)
+        if self.minimum_hosts is not None and self.failure_rate is None:
+            raise ConfigError("CircuitPolicy.minimum_hosts", "applies to failure_rate: set failure_rate too")
+        if self.success_rate is not None and not isinstance(self.success_rate, SuccessRateEjection):
+            raise ConfigError(
+                "CircuitPolicy.success_rate", f"must be a SuccessRateEjection or None, got {self.success_rate!r}"
+            )
         _check_rate("CircuitPolicy.slow_call_rate", self.slow_call_rate)
         if self.slow_call_duration is not None:
             check_duration("CircuitPolicy.slow_call_duration", self.slow_call_duration)
@@ -94,14 +117,19 @@ class CircuitPolicy:
         _check_count("CircuitPolicy.success_threshold", self.success_threshold)
         if not isinstance(self.escalation, Escalation):
             raise ConfigError("CircuitPolicy.escalation", f"must be an Escalation, got {self.escalation!r}")
-        p = self.max_ejection_percent
-        if isinstance(p, bool) or not isinstance(p, int | float) or math.isnan(p) or not 0 <= p <= 100:
-            raise ConfigError("CircuitPolicy.max_ejection_percent", f"must be in [0, 100], got {p!r}")
+        check_share("CircuitPolicy.max_ejection_percent", self.max_ejection_percent)
         check_duration("CircuitPolicy.max_retry_after", self.max_retry_after)
         if self.hard_cap is not None and not isinstance(self.hard_cap, HardCap):
             raise ConfigError("CircuitPolicy.hard_cap", f"must be a HardCap or None, got {self.hard_cap!r}")
-        if self.consecutive_failures is None and self.failure_rate is None and self.slow_call_rate is None:
+        if (
+            self.consecutive_failures is None
+            and self.failure_rate is None
+            and self.slow_call_rate is None
+            and self.consecutive_transient_failures is None
+            and self.success_rate is None
+        ):
             raise ConfigError(
                 "CircuitPolicy",
-                "set at least one trip condition (consecutive_failures, failure_rate, slow_call_rate)",
+                "set at least one trip condition (consecutive_failures, consecutive_transient_failures,"
+                " failure_rate, slow_call_rate, success_rate)",
             )

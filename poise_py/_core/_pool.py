@@ -24,8 +24,9 @@ from .._decision import Decision, DecisionMode
 from .._endpoint import AdminStatus, Endpoint
 from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, WeightOverflow
 from .._faults import Fault
-from ._circuit import Circuit, CircuitState, Ticket, Transition
+from ._circuit import Cause, Circuit, CircuitState, Ticket, Transition
 from ._ejection import ejection_allowance
+from ._outlier import success_rate_outliers
 from ._policies import Instant, Loads, PickFn, Policy
 from ._policy import CircuitPolicy
 from ._routing import TRAFFIC_UNITS, Panic, PanicHook, PanicTicket, Router, Routing, Scope, decision
@@ -36,6 +37,8 @@ Selection: TypeAlias = tuple[EndpointState, Ticket, float, Decision]
 """What :meth:`Pool.select` returns: the endpoint, its ticket, the clock reading, the decision."""
 LeaveHook: TypeAlias = Callable[[EndpointState], None]
 IdleHook: TypeAlias = Callable[[EndpointState], None]
+DegradedHook: TypeAlias = Callable[[EndpointState, bool], None]
+"""Called with ``(state, True)`` when an endpoint becomes degraded, ``False`` when it stops."""
 ProbeHook: TypeAlias = Callable[[EndpointState], None]
 
 _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
@@ -65,6 +68,10 @@ def _ignore_idle(state: EndpointState) -> None:
     return None
 
 
+def _ignore_degraded(state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+    return None
+
+
 def _ignore_panic(tier: int, *, started: bool, healthy_share: float) -> None:
     return None
 
@@ -88,6 +95,8 @@ class Pool:
         on_idle: called when the last permit of an endpoint that takes no new ones ends
             (``LoadBalancer.drained``).
         on_panic: called with ``(tier, started)`` when a tier starts or stops panicking.
+        on_degraded: called with ``(state, degraded)`` when an endpoint becomes degraded
+            (``max_ejection_percent`` refused its trip) or stops being degraded.
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
@@ -109,6 +118,7 @@ class Pool:
         on_transition: TransitionHook = _ignore,
         on_idle: IdleHook = _ignore_idle,
         on_panic: PanicHook = _ignore_panic,
+        on_degraded: DegradedHook = _ignore_degraded,
     ) -> None:
         self.circuit_policy = circuit
         self._rng = rng
@@ -139,17 +149,30 @@ class Pool:
         self._pick: PickFn = _no_pick
         self._fast_decision = decision(_HEALTHY, 0)
         self._weight_total = 0
-        self._deadlines: list[tuple[float, int, EndpointState, int]] = []
+        self._deadlines: list[tuple[float, int, EndpointState | None, int]] = []
+        """OPEN circuits' ends ``(at, seq, state, epoch)``, and with success-rate detection
+        its next evaluation ``(at, seq, None, -1)``."""
+        self._outliers = circuit.success_rate
+        self._outlier_armed = False
+        self._seen: dict[EndpointState, tuple[int, int]] = {}
+        """Each endpoint's (calls, failures) at the last success-rate evaluation."""
+        self._quorum: Callable[[float], bool] | None = self._rate_quorum if circuit.minimum_hosts is not None else None
         self._seq = 0
         self._ejected = 0
         self._allowance = 1
         self.on_transition = on_transition
         self.on_idle = on_idle
+        self.on_degraded = on_degraded
+        self._degraded: dict[EndpointState, None] = {}
+        """Degraded endpoints, longest degraded first: the next to eject when the guard has room."""
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
         self.suppressed_ejections = 0
         self.on_leave: LeaveHook | None = None
         """Called for each endpoint removed from the pool (telemetry folds its counters)."""
+        self.on_armed: Callable[[], None] | None = None
+        """Called when a timer deadline appears that no transition announced (the first
+        success-rate evaluation), so the shell's timer can wait for it."""
         self.on_probe_result: ProbeHook | None = None
         """Called after a current-epoch probe result that moved nothing (coordination)."""
 
@@ -181,6 +204,9 @@ class Pool:
             if state.was_ejected:
                 self._ejected -= 1
                 state.was_ejected = False
+            if state.was_degraded:
+                state.was_degraded = False
+                del self._degraded[state]
             if self.on_leave is not None:
                 self.on_leave(state)
         for endpoint in updated:
@@ -203,12 +229,18 @@ class Pool:
                 # A latency-measuring policy needs every success's latency: an inline slow
                 # limit of -inf sends each success the long way, through _record, which
                 # feeds the policy. (The circuit's own slow-call rule reads its policy.)
-                circuit._slow_limit = -math.inf
+                circuit._slow_limit = circuit._slow_base = -math.inf
             state = EndpointState(endpoint, circuit)
             members[endpoint.id] = state
             self._attach(state)
         self._allowance = ejection_allowance(len(members), self.circuit_policy.max_ejection_percent)
         self._replan()
+        self._promote(now)
+        if self._outliers is not None and not self._outlier_armed:
+            self._outlier_armed = True
+            self._schedule_outliers(now)
+            if self.on_armed is not None:
+                self.on_armed()
 
     def check_weights(self, added: Iterable[Endpoint], removed: Iterable[str], updated: Iterable[Endpoint]) -> int:
         """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
@@ -334,8 +366,14 @@ class Pool:
         if not self.members:
             return EmptyPool("discovery has not delivered any endpoint yet")
         reasons = dict.fromkeys(IneligibleReason, 0)
+        retry_after: float | None = None
         for state in self.members.values():
             reason = self.refusal(state)
+            if reason is IneligibleReason.OPEN and _gate(state) is None:
+                # Nothing else keeps it out: it takes a probe once its open window ends.
+                reopen_at = state.circuit.reopen_at
+                if reopen_at is not None and (retry_after is None or reopen_at < retry_after):
+                    retry_after = reopen_at
             if reason is None:
                 if state.endpoint.id in exclude:
                     reason = IneligibleReason.EXCLUDED
@@ -344,7 +382,7 @@ class Pool:
                 else:
                     reason = IneligibleReason.SCOPE
             reasons[reason] += 1
-        return NoEligibleEndpoints(reasons, len(self.members))
+        return NoEligibleEndpoints(reasons, len(self.members), retry_after=retry_after)
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
         """Why ``state`` may not take a permit now, or None if it may."""
@@ -429,6 +467,7 @@ class Pool:
             if not state.live:
                 return
         before = circuit.suppressed_ejections
+        degraded = circuit.degraded
         transition = circuit.record(
             ticket,
             fault,
@@ -436,11 +475,14 @@ class Pool:
             latency=latency,
             retry_after=retry_after,
             may_eject=self._ejected < self._allowance,
+            quorum=self._quorum,
         )
         if circuit.suppressed_ejections != before:
             self.suppressed_ejections = sat_add(self.suppressed_ejections)
         if transition is not None:
             self._moved(state, transition)
+        elif circuit.degraded is not degraded:
+            self._sync(state)
         elif ticket.probe:
             self._sync(state)
             if self.on_probe_result is not None and ticket.epoch == circuit.epoch:
@@ -472,17 +514,19 @@ class Pool:
         deadlines = self._deadlines
         while deadlines:
             _, _, state, epoch = deadlines[0]
-            if state.live and state.circuit.epoch == epoch:
+            if state is None or (state.live and state.circuit.epoch == epoch):
                 return deadlines[0][0]
             heapq.heappop(deadlines)
         return None
 
     def handle_timer(self, now: float) -> None:
-        """Move every circuit whose open window has ended to HALF_OPEN."""
+        """Move every circuit whose open window has ended to HALF_OPEN; run a due outlier evaluation."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
             _, _, state, epoch = heapq.heappop(deadlines)
-            if state.live and state.circuit.epoch == epoch:
+            if state is None:
+                self._evaluate_outliers(now)
+            elif state.live and state.circuit.epoch == epoch:
                 transition = state.circuit.handle_timer(now)
                 if transition is not None:
                     self._moved(state, transition)
@@ -570,6 +614,74 @@ class Pool:
             heapq.heappush(self._deadlines, (transition.reopen_at, self._seq, state, transition.epoch))
         self._sync(state)
         self.on_transition(state, transition)
+        if self._degraded and self._ejected < self._allowance:
+            self._promote(transition.at)
+
+    def _schedule_outliers(self, now: float) -> None:
+        config = self._outliers
+        assert config is not None  # noqa: S101 - only with success-rate detection
+        self._seq += 1
+        heapq.heappush(self._deadlines, (now + config.interval, self._seq, None, -1))
+
+    def _evaluate_outliers(self, now: float) -> None:
+        """Success-rate detection (Envoy's): eject the interval's outliers, worst first.
+
+        Each endpoint's calls and failures (every fault but CALLER) since the last
+        evaluation come from its counters, so the hot path pays nothing. Only CLOSED
+        circuits are judged; as far as ``max_ejection_percent`` allows the outliers are
+        ejected, and the rest are degraded.
+        """
+        config = self._outliers
+        assert config is not None  # noqa: S101 - only with success-rate detection
+        seen = self._seen
+        fresh: dict[EndpointState, tuple[int, int]] = {}
+        samples: list[tuple[EndpointState, int, int]] = []
+        caller = FAULT_INDEX[Fault.CALLER]
+        for state in self.members.values():
+            faults = state.faults
+            failures = sum(faults) - faults[caller]
+            calls = state.successes + failures
+            fresh[state] = (calls, failures)
+            calls0, failures0 = seen.get(state, (0, 0))
+            if state.circuit.state is _CLOSED:
+                samples.append((state, calls - calls0, failures - failures0))
+        self._seen = fresh
+        for state in success_rate_outliers(config, samples):
+            circuit = state.circuit
+            before = circuit.suppressed_ejections
+            transition = circuit.trip(Cause.SUCCESS_RATE, now, may_eject=self._ejected < self._allowance)
+            if circuit.suppressed_ejections != before:
+                self.suppressed_ejections = sat_add(self.suppressed_ejections)
+            if transition is not None:
+                self._moved(state, transition)
+            elif circuit.degraded is not state.was_degraded:
+                self._sync(state)
+        self._schedule_outliers(now)
+
+    def _rate_quorum(self, now: float) -> bool:
+        """Whether ``minimum_hosts`` closed circuits have ``minimum_volume`` outcomes (stops early)."""
+        policy = self.circuit_policy
+        needed = policy.minimum_hosts
+        assert needed is not None  # noqa: S101 - only with minimum_hosts
+        volume = policy.minimum_volume
+        for state in self.members.values():
+            circuit = state.circuit
+            if circuit.state is _CLOSED and circuit.window_counts(now)[0] >= volume:
+                needed -= 1
+                if not needed:
+                    return True
+        return False
+
+    def _promote(self, now: float) -> None:
+        """While the guard has room, eject degraded endpoints, longest degraded first."""
+        degraded = self._degraded
+        while degraded and self._ejected < self._allowance:
+            state = next(iter(degraded))
+            transition = state.circuit.eject_degraded(now)
+            if transition is None:  # not CLOSED any more: the pool's view was stale
+                self._sync(state)
+                continue
+            self._moved(state, transition)
 
     def _sync(self, state: EndpointState) -> None:
         """Bring ``state``'s routing membership in line with its circuit and admin status."""
@@ -582,6 +694,14 @@ class Pool:
         if ejected != state.was_ejected:
             state.was_ejected = ejected
             self._ejected += 1 if ejected else -1
+        degraded = circuit.degraded
+        if degraded is not state.was_degraded:
+            state.was_degraded = degraded
+            if degraded:
+                self._degraded[state] = None
+            else:
+                del self._degraded[state]
+            self.on_degraded(state, degraded)
         admin = state.admin
         home = state.home
         assert home is not None  # noqa: S101 - every live state has a home
@@ -592,6 +712,13 @@ class Pool:
             state.counted = counted
             home.capacity += 1 if counted else -1
         available = circuit.accepting and _gate(state) is None
+        reserve = available and degraded
+        if reserve != (state.dpos >= 0):
+            if reserve:
+                home.tier.degraded.add(state)
+            else:
+                home.tier.degraded.remove(state)
+        available = available and not degraded
         if available != (state.pos >= 0):
             if available:
                 home.add(state)
@@ -624,6 +751,8 @@ class Pool:
         assert home is not None  # noqa: S101 - every live state has a home
         if state.pos >= 0:
             home.remove(state)
+        if state.dpos >= 0:
+            home.tier.degraded.remove(state)
         if state.counted:
             state.counted = False
             home.capacity -= 1
@@ -653,8 +782,13 @@ class Pool:
 
     @property
     def available_count(self) -> int:
-        """How many endpoints may take a permit now."""
-        return sum(tier.healthy for tier in self.router.order)
+        """How many endpoints may take a permit now (degraded ones included)."""
+        return sum(tier.healthy + tier.reserve for tier in self.router.order)
+
+    @property
+    def degraded_count(self) -> int:
+        """How many endpoints are degraded (a trip ``max_ejection_percent`` refused)."""
+        return len(self._degraded)
 
     @property
     def may_eject(self) -> bool:

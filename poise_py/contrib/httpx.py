@@ -20,6 +20,14 @@ kept), and reports its outcome:
 A successful response keeps its permit until its body has been read or closed, so a
 connection reset mid-body counts against the endpoint and the in-flight count stays
 true while a body streams. It runs wherever httpx runs: Trio and asyncio.
+
+Safety: a transport serves one host (``host=``, or the host of the first request it
+sees); a request for another host raises :class:`~poise_py.ConfigError` instead of going
+to the pool (mount one transport per host with ``httpx.AsyncClient(mounts=...)``). An
+``https`` request is never sent to an ``http://`` address unless the endpoint's metadata
+says ``{"allow_http_downgrade": True}``. An endpoint whose address the transport cannot
+use (or that would downgrade) is the endpoint's FATAL fault: it is ejected, not called
+again and again.
 """
 
 from __future__ import annotations
@@ -45,7 +53,12 @@ from .._faults import Classification, Fault
 from .._permit import Permit
 from .._retry import RETRYABLE
 
-__all__ = ["IDEMPOTENT_METHODS", "PoiseTransport", "endpoint_url"]
+__all__ = ["ALLOW_HTTP_DOWNGRADE", "IDEMPOTENT_METHODS", "PoiseTransport", "endpoint_url"]
+
+ALLOW_HTTP_DOWNGRADE = "allow_http_downgrade"
+"""The endpoint metadata key that lets an ``https`` request go to its ``http://`` address."""
+
+_SCHEMES = frozenset({"http", "https"})
 
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 """Methods that may be sent again to another endpoint when ``attempts > 1``."""
@@ -55,28 +68,58 @@ def endpoint_url(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
     """``url`` pointed at ``endpoint.address``.
 
     The address may be a ``(host, port)`` pair, a ``"host:port"`` or ``"host"`` string, or
-    a URL (``"https://10.0.0.7:8443"``, whose scheme is used too).
+    an ``http``/``https`` URL (``"https://10.0.0.7:8443"``, whose scheme is used too).
 
     Raises:
-        ConfigError: the endpoint has no usable address.
+        ConfigError: the endpoint has no usable address (``Endpoint.address``), or an
+            ``https`` ``url`` would go to an ``http://`` address that the endpoint's
+            metadata does not allow (:data:`ALLOW_HTTP_DOWNGRADE`).
     """
+    try:
+        target = _point(url, endpoint)
+    except ConfigError:
+        raise
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise _unusable(endpoint, f"{exc}") from exc
+    if url.scheme == "https" and target.scheme == "http" and endpoint.metadata.get(ALLOW_HTTP_DOWNGRADE) is not True:
+        raise ConfigError(
+            "Endpoint.address",
+            f"endpoint {endpoint.id!r} has the http address {endpoint.address!r} but the request is https: "
+            f"refusing to send it in cleartext (set metadata {{{ALLOW_HTTP_DOWNGRADE!r}: True}} to allow it)",
+        )
+    return target
+
+
+def _unusable(endpoint: Endpoint, why: str) -> ConfigError:
+    return ConfigError(
+        "Endpoint.address",
+        f"endpoint {endpoint.id!r} needs a (host, port), 'host:port' or http(s) URL address, "
+        f"got {endpoint.address!r:.80}{f' ({why})' if why else ''}",
+    )
+
+
+def _point(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
     address = endpoint.address
     if isinstance(address, httpx.URL) or (isinstance(address, str) and "://" in address):
         base = httpx.URL(address)
+        if base.scheme not in _SCHEMES or not base.host:
+            raise _unusable(endpoint, "only http and https URLs with a host")
         return url.copy_with(scheme=base.scheme, host=base.host, port=base.port)
     if isinstance(address, tuple) and len(address) == 2:
         host, port = address
-        if isinstance(host, str) and isinstance(port, int):
+        if isinstance(host, str) and host and isinstance(port, int) and not isinstance(port, bool):
+            if not 0 < port < 65536:
+                raise _unusable(endpoint, "the port must be in [1, 65535]")
             return url.copy_with(host=host, port=port)
-    if isinstance(address, str) and address:
+    if isinstance(address, str) and address and not any(c.isspace() for c in address):
         host, sep, port_text = address.rpartition(":")
         if sep and port_text.isdigit() and (not host.count(":") or host.startswith("[")):
-            return url.copy_with(host=host.strip("[]"), port=int(port_text))
+            port = int(port_text)
+            if not host.strip("[]") or not 0 < port < 65536:
+                raise _unusable(endpoint, "the host must be non-empty and the port in [1, 65535]")
+            return url.copy_with(host=host.strip("[]"), port=port)
         return url.copy_with(host=address.strip("[]"))
-    raise ConfigError(
-        "Endpoint.address",
-        f"endpoint {endpoint.id!r} needs a (host, port), 'host:port' or URL address, got {address!r}",
-    )
+    raise _unusable(endpoint, "")
 
 
 class PoiseTransport(httpx.AsyncBaseTransport):
@@ -95,6 +138,10 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             FATAL or PERMANENT outcome, within the balancer's retry budget. The last
             response (or error) is what the caller gets.
         key: request -> hashing key for hashing policies (None: no key).
+        host: the one host this transport serves (the ``base_url`` host, say); by default
+            the host of the first request it sees. A request for any other host raises
+            :class:`~poise_py.ConfigError` (``host``) rather than go to this pool: give
+            each host its own transport with ``httpx.AsyncClient(mounts=...)``.
     """
 
     def __init__(
@@ -106,6 +153,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
         gateway: Fault = Fault.SUSPECT,
         attempts: int = 1,
         key: Any = None,
+        host: str | None = None,
     ) -> None:
         if not isinstance(lb, LoadBalancer):
             raise ConfigError("lb", f"must be a LoadBalancer, got {lb!r}")
@@ -115,15 +163,31 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             raise ConfigError("attempts", f"must be an int >= 1, got {attempts!r}")
         if key is not None and not callable(key):
             raise ConfigError("key", f"must be a callable request -> key, got {key!r}")
+        if host is not None and (not isinstance(host, str) or not host):
+            raise ConfigError("host", f"must be a non-empty host name or None, got {host!r}")
         self._lb = lb
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._classifier = classifier if classifier is not None else _classify.http(gateway=gateway)
         self._gateway = gateway
         self._attempts = attempts
         self._key = key
+        self._host: str | None = host.lower() if host is not None else None
+
+    def _check_host(self, url: httpx.URL) -> None:
+        host = url.host.lower()
+        if self._host is None:
+            self._host = host
+        elif host != self._host:
+            raise ConfigError(
+                "host",
+                f"this PoiseTransport serves {self._host!r}; a request for {host!r} would go to its pool. "
+                "Give each host its own transport: httpx.AsyncClient(mounts={'http://" + self._host + "': "
+                "PoiseTransport(lb), ...})",
+            )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` to an endpoint chosen by the balancer and report the outcome."""
+        self._check_host(request.url)
         attempts = self._attempts
         if attempts > 1 and not (request.method in IDEMPOTENT_METHODS and isinstance(request.stream, httpx.ByteStream)):
             attempts = 1
@@ -141,6 +205,8 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             except Exception as exc:
                 fault = self._fail(permit, exc)
                 if last or fault not in RETRYABLE or not self._may_retry(tried):
+                    if isinstance(exc, _Unusable):
+                        raise exc.error from None
                     raise
                 continue
             except BaseException:
@@ -172,7 +238,11 @@ class PoiseTransport(httpx.AsyncBaseTransport):
 
     async def _send(self, permit: Permit, request: httpx.Request) -> httpx.Response:
         original = request.url
-        request.url = endpoint_url(original, permit.endpoint)
+        try:
+            target = endpoint_url(original, permit.endpoint)
+        except ConfigError as exc:
+            raise _Unusable(exc) from exc
+        request.url = target
         if original.scheme == "https" and "sni_hostname" not in request.extensions:
             # TLS still checks the certificate against the name the caller asked for.
             request.extensions = {**request.extensions, "sni_hostname": original.host}
@@ -183,9 +253,11 @@ class PoiseTransport(httpx.AsyncBaseTransport):
 
     def _fail(self, permit: Permit, exc: Exception) -> Fault:
         """Report a transport error; returns the fault recorded."""
-        if isinstance(exc, ConfigError):
-            permit.cancel()  # our own misconfiguration says nothing about the endpoint
-            return Fault.CALLER
+        if isinstance(exc, _Unusable):
+            # The endpoint cannot be called this way (no usable address, or only in
+            # cleartext): FATAL ejects it, rather than failing every request sent there.
+            permit.fail(Fault.FATAL)
+            return Fault.FATAL
         try:
             verdict = self._classifier(exc)
         except Exception:  # noqa: BLE001 - a broken classifier must not lose the outcome
@@ -197,6 +269,14 @@ class PoiseTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the inner transport."""
         await self._transport.aclose()
+
+
+class _Unusable(Exception):  # noqa: N818 - internal marker, never seen by callers
+    """The chosen endpoint's address cannot carry this request (its ``error`` says why)."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _split(verdict: Fault | Classification) -> tuple[Fault, float | None]:

@@ -1,4 +1,4 @@
-"""OpenTelemetry metrics for a balancer (extra ``poise_py[otel]``: the OpenTelemetry API only).
+"""OpenTelemetry metrics for a balancer, by the semantic conventions (extra ``poise_py[otel]``).
 
 ::
 
@@ -8,34 +8,117 @@
     ...
     metrics.close()  # stop reporting (instruments cannot be unregistered in OpenTelemetry)
 
-Every instrument is *observable*: nothing is recorded on the hot path. When the SDK's
-reader collects, the callbacks read the balancer's saturating counters
-(``lb.statistics()`` without side effects, so a reader thread may collect) and report
-them as cumulative sums. Attributes stay bounded: ``poise.endpoint.id`` takes one value
-per live endpoint (a departed endpoint's counts move to the pool-wide instruments),
-``poise.decision.mode`` and ``poise.fault`` take the values of their enums.
+Every call is one measurement of the ``poise.call.duration`` histogram (seconds) and
+one of the ``poise.calls`` counter, both with the call's outcome (``success``, the fault
+tier, or ``cancelled``) and its endpoint (``poise.endpoint.id``, ``server.address``,
+``server.port``): the balancer hands each ended permit to a call observer
+(``lb.add_call_observer``). In-flight calls and pool sizes are observable
+UpDownCounters, each endpoint's circuit state an observable gauge (1 for the state it is
+in, 0 for the others); the remaining counters are observable sums read from the
+balancer's saturating counters. Callbacks read without side effects, so a reader thread
+(the Prometheus exporter's) may collect while the event loop runs. Attributes stay
+bounded: one ``poise.endpoint.id`` per live endpoint, enum values elsewhere.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import attrs
-from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+
+from .._extras import missing_extra
+
+try:
+    from opentelemetry import metrics
+    from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ModuleNotFoundError(missing_extra("poise_py.contrib.otel", "otel"), name=_missing.name) from None
 
 from .._balancer import LoadBalancer
+from .._calls import CallEnded
+from .._core._circuit import CircuitState
+from .._endpoint import Endpoint
+from .._snapshot import EndpointSnapshot, PoolSnapshot
 from .._statistics import BalancerStatistics
 from .._version import VERSION
 
-__all__ = ["ENDPOINT", "FAULT", "MODE", "Instrumentation", "instrument"]
+__all__ = [
+    "CIRCUIT_STATE",
+    "CIRCUIT_STATES",
+    "ENDPOINT",
+    "FAULT",
+    "MODE",
+    "OUTCOME",
+    "SERVER_ADDRESS",
+    "SERVER_PORT",
+    "Instrumentation",
+    "instrument",
+    "server_attributes",
+]
 
 ENDPOINT = "poise.endpoint.id"
 """The attribute naming the endpoint."""
 MODE = "poise.decision.mode"
 """The attribute naming the decision mode (healthy, spillover, panic)."""
 FAULT = "poise.fault"
-"""The attribute naming the fault tier."""
+"""The attribute naming the fault tier (pool-wide fault counts)."""
+OUTCOME = "poise.call.outcome"
+"""The attribute naming a call's outcome: ``success``, a fault tier's value, or ``cancelled``."""
+CIRCUIT_STATE = "poise.circuit.state"
+"""The attribute naming a circuit state on ``poise.circuit.status``."""
+SERVER_ADDRESS = "server.address"
+"""The semantic-convention attribute: the endpoint's host (name or IP)."""
+SERVER_PORT = "server.port"
+"""The semantic-convention attribute: the endpoint's port, when its address has one."""
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+"""The histogram's bucket advice: the semantic conventions' advice for request durations."""
+
+CIRCUIT_STATES: tuple[tuple[str, Callable[[EndpointSnapshot], bool]], ...] = (
+    ("closed", lambda e: e.state is CircuitState.CLOSED and not e.degraded),
+    ("degraded", lambda e: e.state is CircuitState.CLOSED and e.degraded),
+    ("open", lambda e: e.state is CircuitState.OPEN),
+    ("half_open", lambda e: e.state is CircuitState.HALF_OPEN),
+)
+"""Each value of ``poise.circuit.state`` and whether an endpoint is in it: one line per state."""
+
+
+def server_attributes(endpoint: Endpoint) -> dict[str, str | int]:
+    """``server.address`` (and ``server.port`` if known) for ``endpoint.address``.
+
+    Understands a ``(host, port)`` pair, a ``"host:port"`` or ``"host"`` string and a URL
+    (``"https://10.0.0.7:8443"``; its scheme's default port when it names none); any
+    other address yields no attributes.
+    """
+    address = endpoint.address
+    if isinstance(address, tuple) and len(address) == 2:
+        host, port = address
+        if isinstance(host, str) and isinstance(port, int) and not isinstance(port, bool):
+            return {SERVER_ADDRESS: host, SERVER_PORT: port}
+        return {}
+    if not isinstance(address, str) or not address:
+        return {}
+    scheme, sep, rest = address.partition("://")
+    default_port = {"http": 80, "https": 443}.get(scheme.lower()) if sep else None
+    authority = (rest if sep else address).split("/", 1)[0].rpartition("@")[2]
+    if authority.startswith("["):  # [v6]:port
+        host, _, tail = authority[1:].partition("]")
+        port_text = tail[1:] if tail.startswith(":") else ""
+    elif authority.count(":") == 1:
+        host, _, port_text = authority.partition(":")
+    else:
+        host, port_text = authority, ""
+    if not host:
+        return {}
+    if port_text.isdigit():
+        return {SERVER_ADDRESS: host, SERVER_PORT: int(port_text)}
+    return {SERVER_ADDRESS: host} if default_port is None else {SERVER_ADDRESS: host, SERVER_PORT: default_port}
+
+
+def _endpoint_attributes(endpoint: Endpoint) -> dict[str, str | int]:
+    return {ENDPOINT: endpoint.id, **server_attributes(endpoint)}
+
 
 _Reader = Callable[[BalancerStatistics], Iterable[Observation]]
 
@@ -54,12 +137,6 @@ def _selections(stats: BalancerStatistics) -> Iterator[Observation]:
             yield Observation(n, {ENDPOINT: endpoint_id, MODE: mode.value})
 
 
-def _faults(stats: BalancerStatistics) -> Iterator[Observation]:
-    for endpoint_id, counters in stats.endpoints.items():
-        for fault, n in counters.faults.items():
-            yield Observation(n, {ENDPOINT: endpoint_id, FAULT: fault.value})
-
-
 def _pool_selections(stats: BalancerStatistics) -> Iterator[Observation]:
     for mode, n in stats.pool.selections.items():
         yield Observation(n, {MODE: mode.value})
@@ -70,6 +147,11 @@ def _pool_faults(stats: BalancerStatistics) -> Iterator[Observation]:
         yield Observation(n, {FAULT: fault.value})
 
 
+def _discovery(stats: BalancerStatistics) -> Iterator[Observation]:
+    yield Observation(stats.pool.discovery_applied, {"poise.discovery.result": "applied"})
+    yield Observation(stats.pool.discovery_rejected, {"poise.discovery.result": "rejected"})
+
+
 def _pool(field: str) -> _Reader:
     def read(stats: BalancerStatistics) -> Iterator[Observation]:
         yield Observation(getattr(stats.pool, field))
@@ -77,24 +159,9 @@ def _pool(field: str) -> _Reader:
     return read
 
 
-def _gauge(field: str) -> _Reader:
-    def read(stats: BalancerStatistics) -> Iterator[Observation]:
-        yield Observation(getattr(stats, field))
-
-    return read
-
-
 # (name, unit, description, reader) for each observable counter.
 _COUNTERS: tuple[tuple[str, str, str, _Reader], ...] = (
     ("poise.selections", "{permit}", "Permits issued, by endpoint and decision mode.", _selections),
-    ("poise.successes", "{call}", "Calls reported successful, by endpoint.", _per_endpoint("successes")),
-    ("poise.faults", "{call}", "Calls that failed, by endpoint and fault tier.", _faults),
-    (
-        "poise.cancellations",
-        "{permit}",
-        "Permits that ended without an outcome, by endpoint.",
-        _per_endpoint("cancellations"),
-    ),
     (
         "poise.stale_results",
         "{result}",
@@ -129,8 +196,12 @@ _COUNTERS: tuple[tuple[str, str, str, _Reader], ...] = (
         "Episodes of no eligible endpoints that lasted past the alert threshold.",
         _pool("no_eligible_alerts"),
     ),
-    ("poise.discovery.applied", "{update}", "Discovery updates applied.", _pool("discovery_applied")),
-    ("poise.discovery.rejected", "{update}", "Discovery updates rejected.", _pool("discovery_rejected")),
+    (
+        "poise.discovery.updates",
+        "{update}",
+        "Discovery updates, by result (poise.discovery.result: applied or rejected).",
+        _discovery,
+    ),
     (
         "poise.coordination.fallbacks",
         "{fallback}",
@@ -139,7 +210,7 @@ _COUNTERS: tuple[tuple[str, str, str, _Reader], ...] = (
     ),
     ("poise.panics", "{episode}", "Panic-routing episodes started.", _pool("panics")),
     (
-        "poise.retries_denied",
+        "poise.denied_retries",
         "{retry}",
         "Retries skipped because the retry budget was spent.",
         _pool("retries_denied"),
@@ -150,31 +221,66 @@ _COUNTERS: tuple[tuple[str, str, str, _Reader], ...] = (
         "Endpoint readiness checks that failed.",
         _pool("readiness_failures"),
     ),
-    ("poise.events_dropped", "{event}", "Events slow subscribers lost.", _pool("events_dropped")),
+    ("poise.dropped_events", "{event}", "Events slow subscribers lost.", _pool("events_dropped")),
     (
-        "poise.log_lines_suppressed",
+        "poise.suppressed_log_lines",
         "{line}",
         "Log lines held back by the rate limit.",
         _pool("log_lines_suppressed"),
     ),
 )
 
+_SnapshotReader = Callable[[PoolSnapshot], Iterable[Observation]]
+
+
+def _active(snapshot: PoolSnapshot) -> Iterator[Observation]:
+    for e in snapshot.endpoints:
+        yield Observation(e.inflight, _endpoint_attributes(e.endpoint))
+
+
+def _status(e: EndpointSnapshot) -> str:
+    if e.state is not CircuitState.CLOSED:
+        return "ejected"
+    return "available" if e.eligible_reason is None else "unavailable"
+
+
+def _endpoint_count(snapshot: PoolSnapshot) -> Iterator[Observation]:
+    counts = dict.fromkeys(("available", "ejected", "unavailable"), 0)
+    for e in snapshot.endpoints:
+        counts[_status(e)] += 1
+    for status, n in counts.items():
+        yield Observation(n, {"poise.endpoint.status": status})
+
+
+def _circuit_status(snapshot: PoolSnapshot) -> Iterator[Observation]:
+    for e in snapshot.endpoints:
+        base = _endpoint_attributes(e.endpoint)
+        for state, holds in CIRCUIT_STATES:
+            yield Observation(1 if holds(e) else 0, {**base, CIRCUIT_STATE: state})
+
+
+# (name, unit, description, reader) for each observable UpDownCounter.
+_UP_DOWN: tuple[tuple[str, str, str, _SnapshotReader], ...] = (
+    ("poise.call.active", "{call}", "Calls in flight (permits issued and not yet ended), by endpoint.", _active),
+    (
+        "poise.endpoint.count",
+        "{endpoint}",
+        (
+            "Endpoints in the pool by status: available (may take a permit now), ejected (circuit open or "
+            "half-open), unavailable (draining, disabled, not ready, unhealthy...)."
+        ),
+        _endpoint_count,
+    ),
+)
+
 # (name, unit, description, reader) for each observable gauge.
-_GAUGES: tuple[tuple[str, str, str, _Reader], ...] = (
-    ("poise.endpoints", "{endpoint}", "Endpoints in the pool.", _gauge("size")),
+_GAUGES: tuple[tuple[str, str, str, _SnapshotReader], ...] = (
     (
-        "poise.endpoints.available",
-        "{endpoint}",
-        "Endpoints that could take a permit now.",
-        _gauge("available"),
+        "poise.circuit.status",
+        "1",
+        "Each endpoint's circuit state: 1 for the state it is in (poise.circuit.state), 0 for the others.",
+        _circuit_status,
     ),
-    (
-        "poise.endpoints.ejected",
-        "{endpoint}",
-        "Endpoints whose circuit is open or half-open.",
-        _gauge("ejected"),
-    ),
-    ("poise.inflight", "{permit}", "Permits issued and not yet ended.", _gauge("inflight")),
 )
 
 
@@ -186,10 +292,15 @@ class Instrumentation:
     meter: Meter
     names: tuple[str, ...]
     _closed: bool = False
+    _record: Callable[[CallEnded], None] | None = None
 
     def close(self) -> None:
         """Report nothing more (OpenTelemetry has no way to unregister an instrument)."""
+        if self._closed:
+            return
         self._closed = True
+        if self._record is not None:
+            self.lb.remove_call_observer(self._record)
 
     @property
     def closed(self) -> bool:
@@ -204,6 +315,47 @@ class Instrumentation:
 
         return observe
 
+    def _snapshot_callback(self, reader: _SnapshotReader) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            if self._closed:
+                return []
+            return list(reader(self.lb._read_snapshot()))
+
+        return observe
+
+
+def _recorder(meter: Meter) -> Callable[[CallEnded], None]:
+    """The call observer feeding ``poise.call.duration`` and ``poise.calls``."""
+    duration = meter.create_histogram(
+        "poise.call.duration",
+        unit="s",
+        description="Duration of calls through the balancer, from acquire() to the reported outcome.",
+        explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+    )
+    calls = meter.create_counter(
+        "poise.calls", unit="{call}", description="Calls through the balancer, by endpoint and outcome."
+    )
+    # (endpoint id, outcome) -> (the Endpoint they were built from, attributes); an update
+    # that replaces the Endpoint (a new address) rebuilds them.
+    cache: dict[tuple[str, str], tuple[Endpoint, Mapping[str, Any]]] = {}
+
+    def record(ended: CallEnded) -> None:
+        outcome = ended.outcome
+        endpoint = ended.endpoint
+        key = (endpoint.id, outcome)
+        cached = cache.get(key)
+        if cached is not None and cached[0] is endpoint:
+            attributes = cached[1]
+        else:
+            if len(cache) >= 4096:  # endpoints come and go: forget the old ones now and then
+                cache.clear()
+            attributes = {**_endpoint_attributes(endpoint), OUTCOME: outcome}
+            cache[key] = (endpoint, attributes)
+        duration.record(ended.duration, attributes)
+        calls.add(1, attributes)
+
+    return record
+
 
 def instrument(
     lb: LoadBalancer,
@@ -211,7 +363,7 @@ def instrument(
     meter_provider: MeterProvider | None = None,
     meter_name: str = "poise_py",
 ) -> Instrumentation:
-    """Register observable instruments reporting ``lb``'s counters.
+    """Register ``lb``'s instruments: call duration and count, in-flight calls, pool sizes, circuit states.
 
     Args:
         lb: the balancer to observe.
@@ -223,10 +375,25 @@ def instrument(
     """
     provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
     meter = provider.get_meter(meter_name, VERSION)
-    names = tuple(name for name, *_ in _COUNTERS) + tuple(name for name, *_ in _GAUGES)
+    names = (
+        "poise.call.duration",
+        "poise.calls",
+        *(name for name, *_ in _COUNTERS),
+        *(name for name, *_ in _UP_DOWN),
+        *(name for name, *_ in _GAUGES),
+    )
     handle = Instrumentation(lb, meter, names)
     for name, unit, description, reader in _COUNTERS:
         meter.create_observable_counter(name, callbacks=[handle._callback(reader)], unit=unit, description=description)
-    for name, unit, description, reader in _GAUGES:
-        meter.create_observable_gauge(name, callbacks=[handle._callback(reader)], unit=unit, description=description)
+    for name, unit, description, snapshot_reader in _UP_DOWN:
+        meter.create_observable_up_down_counter(
+            name, callbacks=[handle._snapshot_callback(snapshot_reader)], unit=unit, description=description
+        )
+    for name, unit, description, snapshot_reader in _GAUGES:
+        meter.create_observable_gauge(
+            name, callbacks=[handle._snapshot_callback(snapshot_reader)], unit=unit, description=description
+        )
+    record = _recorder(meter)
+    handle._record = record
+    lb.add_call_observer(record)
     return handle

@@ -118,7 +118,7 @@ def default_configurations() -> tuple[Configuration, ...]:
             circuit=poise.CircuitPolicy(
                 consecutive_failures=5,
                 minimum_volume=1,
-                max_ejection_percent=100,
+                max_ejection_percent=1.0,
                 escalation=poise.Escalation(base=30.0, maximum=30.0, jitter=0.0),
             ),
         ),

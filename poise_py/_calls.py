@@ -1,0 +1,116 @@
+"""Call observers: one report per ended permit, for metrics that need every call's duration.
+
+``LoadBalancer.add_call_observer`` switches ``acquire`` to an :class:`ObservedPermit`,
+a :class:`~poise_py.Permit` that reads the balancer's clock when issued and, after its
+outcome has been recorded exactly as a plain permit's would be, hands a
+:class:`CallEnded` to each observer. With no observer, ``acquire`` builds plain permits
+and the hot path pays one attribute test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._faults import Fault
+from ._permit import Permit
+
+if TYPE_CHECKING:
+    from ._balancer import LoadBalancer
+    from ._core._pool import Selection
+    from ._endpoint import Endpoint
+
+
+@attrs.frozen(kw_only=True)
+class CallEnded:
+    """One permit's end, as a call observer sees it.
+
+    Attributes:
+        endpoint: the endpoint the permit was for.
+        fault: the fault tier recorded, or None for a success or a cancellation.
+        cancelled: True if the permit ended without an outcome (not a fault).
+        duration: seconds from ``acquire`` to the report, on the balancer's clock.
+        probe: True if the permit was a half-open trial.
+    """
+
+    endpoint: Endpoint
+    fault: Fault | None
+    cancelled: bool
+    duration: float
+    probe: bool
+
+    @property
+    def outcome(self) -> str:
+        """``"success"``, ``"cancelled"``, or the fault tier's value (``"transient"``...)."""
+        if self.cancelled:
+            return "cancelled"
+        return "success" if self.fault is None else self.fault.value
+
+
+CallObserver = Callable[[CallEnded], object]
+"""A call observer: called synchronously when a permit ends; must not block."""
+
+
+class ObservedPermit(Permit):
+    """A permit that reports its end to the balancer's call observers."""
+
+    __slots__ = ("_issued", "_observers")
+
+    def __init__(self, lb: LoadBalancer, selected: Selection, observers: tuple[CallObserver, ...]) -> None:
+        super().__init__(lb, selected)
+        self._observers = observers
+        self._issued = lb._clock()
+
+    def succeed(self) -> None:
+        """Report success."""
+        super().succeed()
+        self._report(None, cancelled=False)
+
+    def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None) -> None:
+        """Report a failure of tier ``fault``."""
+        super().fail(fault, retry_after=retry_after)
+        self._report(fault, cancelled=False)
+
+    def cancel(self) -> None:
+        """Report that the call ended without an outcome."""
+        super().cancel()
+        self._report(None, cancelled=True)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.done:
+            return
+        if exc is None:
+            self.succeed()
+            return
+        lb = self._lb
+        verdict = lb._exit_verdict(exc, self.endpoint.id)
+        if verdict is None:
+            self.cancel()
+            return
+        # As a plain permit's exit: the classifier's verdict is recorded as it is.
+        self._claim()
+        lb._finish(self, verdict[0], verdict[1])
+        self._report(verdict[0], cancelled=False)
+
+    def _report(self, fault: Fault | None, *, cancelled: bool) -> None:
+        lb = self._lb
+        ended = CallEnded(
+            endpoint=self.endpoint,
+            fault=fault,
+            cancelled=cancelled,
+            duration=max(0.0, lb._clock() - self._issued),
+            probe=self.probe,
+        )
+        for observer in self._observers:
+            try:
+                observer(ended)
+            except Exception as exc:  # noqa: BLE001 - an observer must not break the caller's call
+                lb._observer_failed(observer, exc)

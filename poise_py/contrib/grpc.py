@@ -1,0 +1,563 @@
+"""A balanced ``grpc.aio`` channel (extra ``poise_py[grpc]``; asyncio only).
+
+::
+
+    from poise_py.contrib.grpc import BalancedChannel, ChannelFactory
+
+    channels = ChannelFactory()
+    lb = poise.LoadBalancer(
+        discovery,
+        endpoint_factory=channels,        # one grpc.aio channel per endpoint
+        endpoint_close=channels.close,    # closed on removal and when the balancer stops
+        classifier=poise.classify.grpc(),
+    )
+    async with lb:
+        stub = WorkerStub(BalancedChannel(lb, idempotent={"/wool.Worker/Status"}))
+        reply = await stub.Dispatch(request, timeout=5.0)
+
+The factory opens one channel per endpoint as it joins; its ``ready()`` follows the
+channel's connectivity state, so an endpoint joins the pool once its channel is READY and
+is quarantined if the channel falls into TRANSIENT_FAILURE first (see docs/discovery.md,
+"Readiness"). :class:`BalancedChannel` offers the four multi-callable factories of
+``grpc.aio.Channel``, so generated stubs take it unchanged. Each call takes a permit,
+goes to that endpoint's channel and reports its outcome through the classifier (default
+:func:`poise_py.classify.grpc`); ``timeout=`` bounds the whole call, retries included. A
+unary-unary method named in ``idempotent`` is retried on an endpoint not yet tried after
+a TRANSIENT, SUSPECT, FATAL or PERMANENT outcome, within ``attempts``, the deadline and
+the balancer's retry budget. A streaming call holds its permit until its response
+stream ends. grpc.aio runs on asyncio only: on Trio every call raises
+:class:`AsyncioOnlyError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterable, Callable, Collection, Hashable
+from typing import Any
+
+from .._extras import missing_extra
+
+try:
+    import grpc
+    from grpc import aio
+except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess by the packaging test
+    raise ModuleNotFoundError(missing_extra("poise_py.contrib.grpc", "grpc"), name=_missing.name) from None
+
+from .. import classify as _classify
+from .._balancer import LoadBalancer
+from .._classify import Classifier
+from .._endpoint import Endpoint
+from .._errors import ConfigError, SelectionError
+from .._faults import Classification, Fault
+from .._permit import Permit
+from .._retry import RETRYABLE
+
+__all__ = ["AsyncioOnlyError", "BalancedChannel", "ChannelFactory", "GrpcEndpoint", "endpoint_target"]
+
+Serializer = Callable[[Any], bytes] | None
+Deserializer = Callable[[bytes], Any] | None
+KeyFn = Callable[[str, Any], Hashable]
+
+
+class AsyncioOnlyError(RuntimeError):
+    """grpc.aio was used off asyncio (on Trio, say): it runs on asyncio's event loop only."""
+
+
+def _require_asyncio() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise AsyncioOnlyError(
+            "poise_py.contrib.grpc: grpc.aio runs on asyncio only, and no asyncio loop is running here "
+            "(Trio?). Run this balancer under asyncio (anyio.run(..., backend='asyncio')), or take the permit "
+            "yourself (async with lb.acquire()) and make the sync grpc call in a worker thread (anyio.to_thread)."
+        ) from None
+
+
+def endpoint_target(endpoint: Endpoint) -> str:
+    """The gRPC target for ``endpoint.address``: a ``"host:port"`` string or a ``(host, port)`` pair.
+
+    Raises:
+        ConfigError: the endpoint has no usable address.
+    """
+    address = endpoint.address
+    if isinstance(address, tuple) and len(address) == 2:
+        host, port = address
+        if isinstance(host, str) and host and isinstance(port, int) and not isinstance(port, bool):
+            return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if isinstance(address, str) and address:
+        return address
+    raise ConfigError(
+        "Endpoint.address",
+        f"endpoint {endpoint.id!r} needs a 'host:port' string or a (host, port) pair, got {address!r}",
+    )
+
+
+class GrpcEndpoint:
+    """What :class:`ChannelFactory` builds for one endpoint: its ``grpc.aio`` channel.
+
+    Reach it as ``permit.resource``. ``ready()`` is the balancer's readiness check.
+    """
+
+    def __init__(self, endpoint: Endpoint, channel: aio.Channel) -> None:
+        self.endpoint = endpoint
+        self.channel = channel
+        self._callables: dict[tuple[str, str, Serializer, Deserializer, bool], Any] = {}
+
+    async def ready(self) -> bool:
+        """Connect, and wait for READY; False as soon as the channel reports TRANSIENT_FAILURE."""
+        channel = self.channel
+        state = channel.get_state(try_to_connect=True)
+        while state is not grpc.ChannelConnectivity.READY:
+            if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+                return False
+            await channel.wait_for_state_change(state)
+            state = channel.get_state(try_to_connect=True)
+        return True
+
+    def multicallable(
+        self, kind: str, method: str, serializer: Serializer, deserializer: Deserializer, *, registered: bool
+    ) -> Any:
+        """The channel's multi-callable of ``kind`` for ``method`` (built once, then reused)."""
+        key = (kind, method, serializer, deserializer, registered)
+        found = self._callables.get(key)
+        if found is None:
+            factory = getattr(self.channel, kind)
+            found = self._callables[key] = factory(
+                method,
+                request_serializer=serializer,
+                response_deserializer=deserializer,
+                _registered_method=registered,
+            )
+        return found
+
+    async def aclose(self) -> None:
+        """Close the channel (calls still running on it are cancelled)."""
+        await self.channel.close()
+
+    def __repr__(self) -> str:
+        return f"<GrpcEndpoint {self.endpoint.id!r}>"
+
+
+class ChannelFactory:
+    """An endpoint factory opening one ``grpc.aio`` channel per endpoint.
+
+    Pass it as ``endpoint_factory=`` and its :meth:`close` as ``endpoint_close=``.
+
+    Args:
+        target: endpoint -> gRPC target (default :func:`endpoint_target`).
+        credentials: channel credentials for a secure channel; None for plaintext.
+        options: channel arguments, as for ``grpc.aio.insecure_channel``.
+        compression: the channel's default compression.
+        interceptors: client interceptors for every channel.
+    """
+
+    def __init__(
+        self,
+        *,
+        target: Callable[[Endpoint], str] = endpoint_target,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Collection[tuple[str, Any]] = (),
+        compression: grpc.Compression | None = None,
+        interceptors: Collection[Any] | None = None,
+    ) -> None:
+        if not callable(target):
+            raise ConfigError("target", f"must be a callable endpoint -> target, got {target!r}")
+        if credentials is not None and not isinstance(credentials, grpc.ChannelCredentials):
+            raise ConfigError("credentials", f"must be grpc.ChannelCredentials or None, got {credentials!r}")
+        self._target = target
+        self._credentials = credentials
+        self._options = tuple(options)
+        self._compression = compression
+        self._interceptors = list(interceptors) if interceptors is not None else None
+
+    def __call__(self, endpoint: Endpoint) -> GrpcEndpoint:
+        """Open the channel of ``endpoint`` (on asyncio; :class:`AsyncioOnlyError` elsewhere)."""
+        _require_asyncio()
+        target = self._target(endpoint)
+        if self._credentials is None:
+            channel = aio.insecure_channel(
+                target, options=self._options, compression=self._compression, interceptors=self._interceptors
+            )
+        else:
+            channel = aio.secure_channel(
+                target,
+                self._credentials,
+                options=self._options,
+                compression=self._compression,
+                interceptors=self._interceptors,
+            )
+        return GrpcEndpoint(endpoint, channel)
+
+    async def close(self, resource: GrpcEndpoint) -> None:
+        """Close what :meth:`__call__` opened."""
+        await resource.aclose()
+
+
+def _split(verdict: Fault | Classification) -> tuple[Fault, float | None]:
+    if isinstance(verdict, Classification):
+        return verdict.fault, verdict.retry_after
+    return verdict, None
+
+
+class BalancedChannel:
+    """A ``grpc.aio.Channel`` look-alike whose every call goes through ``lb``.
+
+    The balancer's endpoint factory must be a :class:`ChannelFactory` (or build
+    :class:`GrpcEndpoint` resources).
+
+    Args:
+        lb: the balancer (calls raise ``NotRunning`` outside ``async with lb``).
+        classifier: exception -> fault (default :func:`poise_py.classify.grpc`).
+        idempotent: full method names (``"/package.Service/Method"``) of unary-unary
+            methods that may be sent again to another endpoint.
+        attempts: tries per call of an idempotent method (default 3).
+        key: ``(method, request) -> key`` for hashing policies (None: no key).
+    """
+
+    def __init__(
+        self,
+        lb: LoadBalancer,
+        *,
+        classifier: Classifier | None = None,
+        idempotent: Collection[str] = (),
+        attempts: int = 3,
+        key: KeyFn | None = None,
+    ) -> None:
+        if not isinstance(lb, LoadBalancer):
+            raise ConfigError("lb", f"must be a LoadBalancer, got {lb!r}")
+        if classifier is not None and not callable(classifier):
+            raise ConfigError("classifier", f"must be callable, got {classifier!r}")
+        if isinstance(idempotent, str) or not all(isinstance(m, str) and m.startswith("/") for m in idempotent):
+            raise ConfigError(
+                "idempotent", f"must be a collection of '/package.Service/Method' names, got {idempotent!r}"
+            )
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigError("attempts", f"must be an int >= 1, got {attempts!r}")
+        if key is not None and not callable(key):
+            raise ConfigError("key", f"must be a callable (method, request) -> key, got {key!r}")
+        self._lb = lb
+        self._classifier = classifier if classifier is not None else _classify.grpc()
+        self._idempotent = frozenset(idempotent)
+        self._attempts = attempts
+        self._key = key
+
+    # -- the grpc.aio.Channel surface ----------------------------------------------------
+
+    def unary_unary(
+        self,
+        method: str,
+        request_serializer: Serializer = None,
+        response_deserializer: Deserializer = None,
+        _registered_method: bool = False,  # noqa: FBT001, FBT002 - generated stubs pass it
+        *,
+        idempotent: bool | None = None,
+    ) -> UnaryUnary:
+        """A callable for a unary-unary method; ``idempotent=True`` opts it into retries."""
+        retry = method in self._idempotent if idempotent is None else idempotent
+        return UnaryUnary(
+            self, method, request_serializer, response_deserializer, registered=_registered_method, retry=retry
+        )
+
+    def unary_stream(
+        self,
+        method: str,
+        request_serializer: Serializer = None,
+        response_deserializer: Deserializer = None,
+        _registered_method: bool = False,  # noqa: FBT001, FBT002 - generated stubs pass it
+    ) -> StreamingCallable:
+        """A callable for a unary-stream method; its calls hold a permit until the stream ends."""
+        return StreamingCallable(
+            self, "unary_stream", method, request_serializer, response_deserializer, registered=_registered_method
+        )
+
+    def stream_unary(
+        self,
+        method: str,
+        request_serializer: Serializer = None,
+        response_deserializer: Deserializer = None,
+        _registered_method: bool = False,  # noqa: FBT001, FBT002 - generated stubs pass it
+    ) -> StreamUnary:
+        """A callable for a stream-unary method (never retried: the request stream is spent)."""
+        return StreamUnary(self, method, request_serializer, response_deserializer, registered=_registered_method)
+
+    def stream_stream(
+        self,
+        method: str,
+        request_serializer: Serializer = None,
+        response_deserializer: Deserializer = None,
+        _registered_method: bool = False,  # noqa: FBT001, FBT002 - generated stubs pass it
+    ) -> StreamingCallable:
+        """A callable for a stream-stream method; its calls hold a permit until the stream ends."""
+        return StreamingCallable(
+            self, "stream_stream", method, request_serializer, response_deserializer, registered=_registered_method
+        )
+
+    async def channel_ready(self) -> None:
+        """Wait until some endpoint's channel is READY (``lb.wait_ready()``, no timeout)."""
+        await self._lb.wait_ready()
+
+    async def close(self, grace: float | None = None) -> None:
+        """Nothing to close here: the balancer's ``endpoint_close`` closes the channels."""
+
+    async def __aenter__(self) -> BalancedChannel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- shared by the callables ---------------------------------------------------------
+
+    def _acquire(self, method: str, request: Any, tried: Collection[str] = ()) -> Permit:
+        _require_asyncio()
+        key = self._key(method, request) if self._key is not None else None
+        permit = self._lb.acquire(key=key, exclude=tried)
+        if not isinstance(permit.resource, GrpcEndpoint):
+            permit.cancel()
+            raise ConfigError(
+                "endpoint_factory",
+                f"BalancedChannel needs GrpcEndpoint resources (endpoint_factory=ChannelFactory()); "
+                f"endpoint {permit.endpoint.id!r} has {permit.resource!r}",
+            )
+        return permit
+
+    def _fail(self, permit: Permit, exc: Exception) -> Fault:
+        """Report a failed call on ``permit``; returns the fault recorded."""
+        try:
+            verdict: object = self._classifier(exc)
+        except Exception:  # noqa: BLE001 - a broken classifier must not lose the outcome
+            verdict = Fault.SUSPECT
+        if not isinstance(verdict, Fault | Classification):
+            verdict = Fault.SUSPECT
+        fault, retry_after = _split(verdict)
+        permit.fail(fault, retry_after=retry_after)
+        return fault
+
+    def _may_retry(self, tried: Collection[str]) -> bool:
+        lb = self._lb
+        if len(tried) >= len(lb._pool.members):
+            return False
+        if not lb._budget.try_withdraw(lb._clock()):
+            lb._retries_denied += 1
+            return False
+        return True
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
+
+
+class UnaryUnary:
+    """The balanced counterpart of ``grpc.aio.UnaryUnaryMultiCallable``: ``await it(request)``."""
+
+    def __init__(
+        self,
+        channel: BalancedChannel,
+        method: str,
+        serializer: Serializer,
+        deserializer: Deserializer,
+        *,
+        registered: bool,
+        retry: bool,
+    ) -> None:
+        self._channel = channel
+        self._method = method
+        self._serializer = serializer
+        self._deserializer = deserializer
+        self._registered = registered
+        self._retry = retry
+
+    async def __call__(self, request: Any, *, timeout: float | None = None, **kwargs: Any) -> Any:  # noqa: ASYNC109 - grpc's own signature
+        """Send ``request`` to a chosen endpoint; ``timeout`` bounds every attempt together.
+
+        Other keyword arguments (``metadata``, ``credentials``, ``wait_for_ready``,
+        ``compression``) go to each attempt unchanged.
+        """
+        channel = self._channel
+        lb = channel._lb
+        attempts = channel._attempts if self._retry else 1
+        deadline = None if timeout is None else time.monotonic() + timeout
+        tried: list[str] = []
+        last: Exception | None = None
+        lb._budget.deposit(lb._clock())
+        for n in range(attempts):
+            try:
+                permit = channel._acquire(self._method, request, tried)
+            except SelectionError:
+                if last is None:
+                    raise
+                raise last from None  # nowhere else to go: the last real error is the answer
+            tried.append(permit.endpoint.id)
+            stub = permit.resource.multicallable(
+                "unary_unary", self._method, self._serializer, self._deserializer, registered=self._registered
+            )
+            try:
+                response = await stub(request, timeout=_remaining(deadline), **kwargs)
+            except Exception as exc:
+                fault = channel._fail(permit, exc)
+                left = _remaining(deadline)
+                if (
+                    n == attempts - 1
+                    or fault not in RETRYABLE
+                    or (left is not None and left <= 0)
+                    or not channel._may_retry(tried)
+                ):
+                    raise
+                last = exc
+                continue
+            except BaseException:
+                permit.cancel()
+                raise
+            permit.succeed()
+            return response
+        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+
+class StreamUnary:
+    """The balanced counterpart of ``grpc.aio.StreamUnaryMultiCallable``: ``await it(requests)``."""
+
+    def __init__(
+        self,
+        channel: BalancedChannel,
+        method: str,
+        serializer: Serializer,
+        deserializer: Deserializer,
+        *,
+        registered: bool,
+    ) -> None:
+        self._channel = channel
+        self._method = method
+        self._serializer = serializer
+        self._deserializer = deserializer
+        self._registered = registered
+
+    async def __call__(
+        self,
+        request_iterator: AsyncIterable[Any] | Any = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - grpc's own signature
+        **kwargs: Any,
+    ) -> Any:
+        """Stream ``request_iterator`` to a chosen endpoint and return its one response."""
+        channel = self._channel
+        permit = channel._acquire(self._method, None)
+        stub = permit.resource.multicallable(
+            "stream_unary", self._method, self._serializer, self._deserializer, registered=self._registered
+        )
+        try:
+            response = await stub(request_iterator, timeout=timeout, **kwargs)
+        except Exception as exc:
+            channel._fail(permit, exc)
+            raise
+        except BaseException:
+            permit.cancel()
+            raise
+        permit.succeed()
+        return response
+
+
+class StreamingCallable:
+    """The balanced counterpart of ``UnaryStreamMultiCallable`` / ``StreamStreamMultiCallable``."""
+
+    def __init__(
+        self,
+        channel: BalancedChannel,
+        kind: str,
+        method: str,
+        serializer: Serializer,
+        deserializer: Deserializer,
+        *,
+        registered: bool,
+    ) -> None:
+        self._channel = channel
+        self._kind = kind
+        self._method = method
+        self._serializer = serializer
+        self._deserializer = deserializer
+        self._registered = registered
+
+    def __call__(self, request: Any = None, *, timeout: float | None = None, **kwargs: Any) -> StreamCall:
+        """Start the call now on a chosen endpoint: a request (unary-stream) or request iterator."""
+        channel = self._channel
+        permit = channel._acquire(self._method, request if self._kind == "unary_stream" else None)
+        stub = permit.resource.multicallable(
+            self._kind, self._method, self._serializer, self._deserializer, registered=self._registered
+        )
+        try:
+            call = stub(request, timeout=timeout, **kwargs)
+        except Exception as exc:
+            channel._fail(permit, exc)
+            raise
+        return StreamCall(channel, permit, call)
+
+
+class StreamCall:
+    """A streaming call holding its permit until the response stream ends.
+
+    Iterate it (``async for response in call``) or ``await call.read()``. The end of the
+    stream reports the outcome: OK -> success, an error status -> the classifier's fault,
+    :meth:`cancel` or the task's cancellation -> cancellation (not a fault). Leaving the
+    loop early without :meth:`cancel` keeps the permit until the call is collected.
+    """
+
+    def __init__(self, channel: BalancedChannel, permit: Permit, call: Any) -> None:
+        self._channel = channel
+        self._permit = permit
+        self._call = call
+
+    @property
+    def permit(self) -> Permit:
+        """The permit this call holds (``permit.endpoint`` is where it went)."""
+        return self._permit
+
+    def __aiter__(self) -> StreamCall:
+        return self
+
+    async def __anext__(self) -> Any:
+        response = await self.read()
+        if response is aio.EOF:
+            raise StopAsyncIteration
+        return response
+
+    async def read(self) -> Any:
+        """The next response, or ``grpc.aio.EOF`` once the stream has ended."""
+        permit = self._permit
+        if permit.done:
+            return aio.EOF
+        try:
+            response = await self._call.read()
+        except Exception as exc:
+            if not permit.done:
+                self._channel._fail(permit, exc)
+            raise
+        except BaseException:
+            if not permit.done:
+                permit.cancel()
+            raise
+        if response is aio.EOF and not permit.done:
+            permit.succeed()
+        return response
+
+    async def write(self, request: Any) -> None:
+        """Send one more request (stream-stream calls without a request iterator)."""
+        await self._call.write(request)
+
+    async def done_writing(self) -> None:
+        """Close the request stream."""
+        await self._call.done_writing()
+
+    def cancel(self) -> bool:
+        """Cancel the call; its permit ends as a cancellation (not a fault)."""
+        if not self._permit.done:
+            self._permit.cancel()
+        return bool(self._call.cancel())
+
+    async def code(self) -> grpc.StatusCode:
+        """The call's status code (waits for the end)."""
+        code: grpc.StatusCode = await self._call.code()
+        return code
+
+    async def trailing_metadata(self) -> Any:
+        """The call's trailing metadata (waits for the end)."""
+        return await self._call.trailing_metadata()
