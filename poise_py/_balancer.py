@@ -50,7 +50,7 @@ from ._faults import Classification, Fault
 from ._health import HealthRunner
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
-from ._permit import Permit, UnenteredPermit
+from ._permit import Permit
 from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
 from ._statistics import BalancerStatistics
@@ -341,13 +341,9 @@ class LoadBalancer:
                     raise readiness from exc
             self._telemetry.selection_failed(exc, self._clock())
             raise
-<<<<<<< HEAD
-        return UnenteredPermit(self, selected)
-=======
         if self._call_observers:
             return ObservedPermit(self, selected, self._call_observers)
         return Permit(self, selected)
->>>>>>> main
 
     def _refuse(self) -> None:
         """Why ``acquire`` cannot select now: not running, another thread, or failed closed."""

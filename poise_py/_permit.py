@@ -99,15 +99,9 @@ class Permit:
         self._done = True
 
     async def __aenter__(self) -> Permit:
-<<<<<<< HEAD
-        # Entered: the exit reports the outcome whatever happens (an exception, a
-        # cancellation, the coroutine closed), so the finaliser is not needed any more.
-        self.__class__ = Permit
-=======
         if self._entered:
             raise PermitError(f"{self!r} was already entered: one permit is one call, acquire a new one")
         self._entered = True
->>>>>>> main
         return self
 
     async def __aexit__(
@@ -125,8 +119,6 @@ class Permit:
         else:
             self._lb._finish_exc(self, exc)
 
-<<<<<<< HEAD
-=======
     def __del__(self) -> None:
         # Runs at any point, even inside a pool operation (cyclic GC): only enqueue.
         if not self._done:
@@ -140,27 +132,8 @@ class Permit:
                 source=self,
             )
 
->>>>>>> main
     def __repr__(self) -> str:
         kind = "probe " if self._ticket.probe else ""
         mode = self._decision.mode
         route = "" if mode is DecisionMode.HEALTHY else f" {mode.value}"
         return f"<Permit {kind}{self._state.endpoint.id!r} epoch={self._ticket.epoch}{route}>"
-
-
-class UnenteredPermit(Permit):
-    """A permit not yet entered as a context manager: dropping it unreported is a cancellation.
-
-    ``LoadBalancer.acquire`` issues this; ``__aenter__`` turns it into a plain
-    :class:`Permit`, since from then on its exit always reports. Only permits that are
-    never entered (used with explicit :meth:`succeed`, :meth:`fail`, :meth:`cancel`, or
-    dropped) keep the finaliser, so the context-manager path pays for none.
-    """
-
-    __slots__ = ()
-
-    def __del__(self) -> None:
-        # Runs at any point, even inside a pool operation (cyclic GC): only enqueue.
-        if not self._done:
-            self._done = True
-            self._lb._pool.orphans.append((self._state, self._ticket))
