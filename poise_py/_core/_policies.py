@@ -40,7 +40,7 @@ import attrs
 
 from .._errors import CapacityOverflow, ConfigError
 from ._maglev import MaglevTable, is_prime, key_hash
-from ._weights import STRIDE_SCALE, Schedule, WeightBuckets, WeightClasses
+from ._weights import STRIDE_SCALE, PackedSchedule, WeightBuckets, WeightClasses
 
 if TYPE_CHECKING:
     from ._routing import Scope
@@ -293,7 +293,7 @@ class _P2CPicker:
         self._candidates: Sequence[EndpointState] = ()
         self._weights: dict[int, int] = {}
         """How many members carry each weight: one key means unweighted mode."""
-        self.schedule: Schedule[EndpointState] | None = None
+        self.schedule: PackedSchedule | None = None
         """The least-request rotation over the candidates, kept only in weighted mode."""
         self.pick: PickFn = self._least_loaded
 
@@ -318,8 +318,7 @@ class _P2CPicker:
         w = state.endpoint.weight
         weights[w] = weights.get(w, 0) + 1
         if len(weights) == 2 and self.schedule is None:
-            schedule: Schedule[EndpointState] = Schedule()
-            self.schedule = schedule
+            schedule = self.schedule = PackedSchedule()
             for candidate in self._candidates:
                 schedule.add(candidate, self._stride(candidate))
             self.pick = self._least_request
@@ -360,9 +359,8 @@ class _P2CPicker:
     def _least_request(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
         schedule = self.schedule
         assert schedule is not None  # noqa: S101 - weighted mode keeps one
-        entry = schedule.head()
-        state: EndpointState = entry[2]
-        schedule.advance(entry, self._stride(state))
+        state = schedule.head()
+        schedule.advance(self._stride(state))
         return state
 
 
