@@ -19,7 +19,7 @@ from poise_py._core._circuit import Ticket
 from poise_py._core._policies import TotalingLoads
 from poise_py._core._pool import Pool
 from poise_py._core._state import EndpointState
-from poise_py._core._weights import WeightBuckets
+from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
 from tests.helpers import FakeClock
 from tests.routing_support import eject, make_pool, run, shares, zero
 
@@ -359,6 +359,31 @@ def test_weight_buckets_hold_what_was_added_and_draw_only_held_states(
             assert below == sum(w < top for w in weights)
         if held:
             assert buckets.draw(rnd.random) in held
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 64)), max_size=300))
+@settings(max_examples=50, deadline=None)
+def test_the_packed_schedule_picks_exactly_as_the_list_schedule(ops: list[tuple[int, int]]) -> None:
+    packed = PackedSchedule()
+    plain: Schedule[EndpointState] = Schedule()
+    held: list[EndpointState] = []
+    for n, (op, w) in enumerate(ops):
+        stride = STRIDE_SCALE // w
+        if op == 0 or not held:
+            state = EndpointState(poise.Endpoint(f"e{n}", weight=w), None)  # type: ignore[arg-type]
+            packed.add(state, stride)
+            plain.add(state, stride)
+            held.append(state)
+        elif op == 1:
+            state = held.pop(w % len(held))
+            packed.remove(state)
+            plain.remove(state)
+        else:
+            entry = plain.head()
+            assert packed.head() is entry[2]
+            plain.advance(entry, stride)
+            packed.advance(stride)
+        assert sorted(map(id, packed.live_states())) == sorted(map(id, plain.live_states()))
 
 
 def test_weighted_random_is_exact_across_widely_spread_weights() -> None:
