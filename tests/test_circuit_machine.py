@@ -117,6 +117,17 @@ class CircuitMachine(RuleBasedStateMachine):
             assert c.probes_in_flight == live_probes
 
     @invariant()
+    def only_a_closed_circuit_admits_and_with_its_current_epoch(self) -> None:
+        c = self.circuit
+        if c is not None:
+            if c.state is CircuitState.CLOSED:
+                assert c.admit is not None
+                assert c.admit == c.try_acquire(self.now)  # the same ticket, without a side effect
+                assert (c.admit.epoch, c.admit.probe) == (c.epoch, False)
+            else:
+                assert c.admit is None
+
+    @invariant()
     def epoch_only_grows(self) -> None:
         c = self.circuit
         if c is not None:

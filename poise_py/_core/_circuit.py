@@ -218,6 +218,7 @@ class Circuit:
     probe_limit: int
     degraded: bool
     degraded_cause: Cause | None
+    admit: Ticket | None
 
     __slots__ = (
         "_closed_ticket",
@@ -230,6 +231,7 @@ class Circuit:
         "_volume_cap",
         "_window",
         "_window_timed",
+        "admit",
         "closed_at",
         "degraded",
         "degraded_cause",
@@ -266,6 +268,9 @@ class Circuit:
         self.epoch = 0
         self._closed_ticket = ticket(0, probe=False)
         self._probe_ticket = ticket(0, probe=True)
+        self.admit = self._closed_ticket
+        """The ticket every call gets while CLOSED, else None: the pool's hot path reads only
+        this (it shares a cache line with the outcome counters, where ``state`` does not)."""
         self.reopen_at: float | None = None
         self.leased = False
         self.probe_limit = 0
@@ -724,6 +729,7 @@ class Circuit:
             self._set_degraded(None)
         self._closed_ticket = ticket(epoch, probe=False)
         self._probe_ticket = ticket(epoch, probe=True)
+        self.admit = self._closed_ticket if target is _C else None
         self.probes_in_flight = 0
         self.probe_successes = 0
         self.probe_limit = (0 if self.leased else self.policy.permitted_probes) if target is _H else 0

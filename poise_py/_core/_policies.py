@@ -111,8 +111,10 @@ class Policy(Protocol):
 
     Optional attributes a policy may define: ``measures_latency`` (the pool reads the
     clock on every pick and completion, keeps it in the scopes' :class:`Instant`, and
-    calls ``observe(state, latency, now)`` on the policy when a call completes) and
-    ``tracks_load`` (scopes keep :class:`TotalingLoads`).
+    calls ``observe(state, latency, now)`` on the policy when a call completes),
+    ``tracks_load`` (scopes keep :class:`TotalingLoads`) and ``reads_loads`` (default
+    True; False tells the pool its picks never read ``loads``, so the hot path need not
+    keep them current).
     """
 
     def bind(self, rng: random.Random) -> Picker:
@@ -144,6 +146,8 @@ def _two(unit: Callable[[], float], n: int) -> tuple[int, int]:
 class RoundRobin:
     """Cycle through the eligible endpoints in turn. O(1); weights are ignored."""
 
+    reads_loads: ClassVar[bool] = False
+
     def bind(self, rng: random.Random) -> Picker:
         """Return a round-robin picker (starting at a random offset)."""
         return _RoundRobinPicker(rng.randrange(1 << 30))
@@ -164,6 +168,8 @@ class _RoundRobinPicker:
 @attrs.frozen
 class Random:
     """Pick uniformly at random. O(1); weights are ignored."""
+
+    reads_loads: ClassVar[bool] = False
 
     def bind(self, rng: random.Random) -> Picker:
         """Return a uniform random picker."""
@@ -193,6 +199,8 @@ class WeightedRandom:
     Use it for stateless weighted spreading (no rotation to keep in step across
     processes).
     """
+
+    reads_loads: ClassVar[bool] = False
 
     def bind(self, rng: random.Random) -> Picker:
         """Return a weighted random picker."""
@@ -229,6 +237,8 @@ class WeightedRoundRobin:
     them). Over every ``sum(weights)`` picks of a fixed set each endpoint gets exactly
     its weight, and at any point each count is within two of its exact share.
     """
+
+    reads_loads: ClassVar[bool] = False
 
     def bind(self, rng: random.Random) -> Picker:
         """Return a smooth weighted round-robin picker."""
@@ -487,6 +497,11 @@ class ConsistentHash:
     @property
     def tracks_load(self) -> bool:
         """Bounded loads need the scope's in-flight total."""
+        return self.balance_factor is not None
+
+    @property
+    def reads_loads(self) -> bool:
+        """Only bounded loads read the in-flight counts."""
         return self.balance_factor is not None
 
     def bind(self, rng: random.Random) -> Picker:

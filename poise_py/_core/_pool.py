@@ -129,6 +129,10 @@ class Pool:
         )
         self.timed = circuit.measures_latency or measures
         """Whether a selection must read the clock to time the call."""
+        self.stores_loads = bool(getattr(policy, "reads_loads", True))
+        """Whether the hot path keeps the scopes' ``loads`` equal to in-flight counts: only
+        when the policy reads them (a random store into a list as long as the pool is a
+        cache miss at 100,000 endpoints)."""
         self._instant = Instant()
         """The latest clock reading of a timed pool, for pickers that weigh time."""
         self.routing = routing if routing is not None else Routing()
@@ -288,9 +292,8 @@ class Pool:
         else:
             state, choice = self._route(key, exclude)
         circuit = state.circuit
-        if circuit.state is _CLOSED:
-            ticket = circuit._closed_ticket  # the hot path; see Circuit.try_acquire
-        else:
+        ticket = circuit.admit  # the hot path: CLOSED (see Circuit.try_acquire)
+        if ticket is None:
             got = circuit.try_acquire(now)
             if type(got) is not Ticket:
                 if choice.mode is not _PANIC:  # available implies accepting; a bug otherwise
@@ -303,7 +306,7 @@ class Pool:
                     if not circuit.accepting:
                         self._sync(state)
         n = state.inflight = state.inflight + 1
-        if state.pos >= 0:
+        if self.stores_loads and state.pos >= 0:
             state.loads[state.pos] = n
         return state, ticket, now, choice
 
@@ -394,7 +397,8 @@ class Pool:
         """Record a successful call; reads ``clock`` only if the outcome needs the time."""
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
-            state.loads[state.pos] = n
+            if self.stores_loads:
+                state.loads[state.pos] = n
         elif not n:
             self.on_idle(state)  # off the hot path: only endpoints that take no permits
         n = state.successes
@@ -435,7 +439,8 @@ class Pool:
         """Record a finished call. A returned error is completed work, like a success."""
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
-            state.loads[state.pos] = n
+            if self.stores_loads:
+                state.loads[state.pos] = n
         elif not n:
             self.on_idle(state)  # off the hot path: only endpoints that take no permits
         if fault is None:
@@ -492,7 +497,8 @@ class Pool:
         """Release a permit that ended without an outcome. No window changes."""
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
-            state.loads[state.pos] = n
+            if self.stores_loads:
+                state.loads[state.pos] = n
         elif not n:
             self.on_idle(state)  # off the hot path: only endpoints that take no permits
         state.cancellations = sat_add(state.cancellations)

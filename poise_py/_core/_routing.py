@@ -197,7 +197,8 @@ class Scope:
     Attributes:
         tier: the tier this scope belongs to.
         candidates: the members that may take a permit now; ``candidates[s.pos] is s``.
-        loads: ``loads[i] == candidates[i].inflight``, stored by the pool's hot path.
+        loads: ``loads[i] == candidates[i].inflight``, stored by the pool's hot path when
+            the policy reads loads (``Pool.stores_loads``).
         view: what the picker reads as loads (``loads``, or a view for a panic scope).
         members: how many live endpoints are homed here.
         capacity: how many of them an operator has not taken out (DRAINING, DISABLED).
