@@ -312,6 +312,8 @@ class LoadBalancer:
         try:
             selected = self._pool.select(self._clock, key, exclude)
         except SelectionError as exc:
+            if self._coordinator is not None:
+                self._coordinator.refused(self._clock())  # demand: a waiting half-open round leases
             if isinstance(exc, NoEligibleEndpoints):
                 readiness = self._membership.readiness_error()
                 if readiness is not None:

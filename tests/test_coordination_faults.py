@@ -87,7 +87,7 @@ async def test_a_storage_that_comes_back_is_resynchronised_and_told_what_happene
         assert state_of(lbs[1]) is CircuitState.OPEN
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        assert len(grab_probes(lbs)) == 1, "leased again: one probe fleet-wide"
+        assert len(await grab_probes(fleet, lbs)) == 1, "leased again: one probe fleet-wide"
 
 
 async def test_a_storage_that_lost_its_keys_recovers_to_closed_without_errors(faulty_fleet: Fleet) -> None:
@@ -98,7 +98,7 @@ async def test_a_storage_that_lost_its_keys_recovers_to_closed_without_errors(fa
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        (probe,) = grab_probes(lbs)  # a round in progress, a lease held
+        (probe,) = await grab_probes(fleet, lbs)  # a round in progress, a lease held
         await fleet.flush()
         await fleet.sync(*lbs)
         assert all(state_of(lb) is CircuitState.CLOSED for lb in lbs)

@@ -6,10 +6,10 @@ methods line by line, and the behavioural tests run against both.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import anyio
 import anyio.lowlevel
 import attrs
 
@@ -38,14 +38,16 @@ class InMemoryStorage:
     without a yield, which is what makes it atomic.
 
     Args:
-        clock: the storage clock, in seconds (default ``time.monotonic``); inject a fake
-            one in tests. It alone decides OPEN -> HALF_OPEN.
+        clock: the storage clock, in seconds (default :func:`anyio.current_time`, the
+            running event loop's clock, so a Trio ``MockClock`` or a virtual-time loop
+            drives it like every other timer of the balancer); inject a fake one in tests.
+            It alone decides OPEN -> HALF_OPEN.
         protocol_version: the protocol to speak, 1 or 2 (default: the newest); an older
             one stands in for an older release in a mixed fleet.
     """
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.monotonic, protocol_version: int = PROTOCOL_VERSION
+        self, *, clock: Callable[[], float] = anyio.current_time, protocol_version: int = PROTOCOL_VERSION
     ) -> None:
         if not callable(clock):
             raise ConfigError("InMemoryStorage.clock", f"must be callable, got {clock!r}")
