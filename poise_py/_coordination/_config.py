@@ -45,6 +45,8 @@ class CoordinationStatistics:
         published: local trips the storage accepted.
         adopted: shared state changes mirrored into a local circuit.
         leases: probe leases this balancer obtained.
+        released: leases it handed back unused (held ``sync_interval`` without a call, a
+            cancelled probe's, or the endpoint's status excludes it here).
         declined: shared ejections not mirrored because ``max_ejection_percent`` of this
             balancer's pool was already ejected.
     """
@@ -59,6 +61,7 @@ class CoordinationStatistics:
     adopted: int
     leases: int
     declined: int
+    released: int = 0
 
 
 def _check_storage(instance: Coordination, attribute: attrs.Attribute[Storage], value: Storage) -> None:

@@ -206,6 +206,7 @@ class Coordinator:
             adopted=self.adopted,
             leases=self.leases,
             declined=self.declined,
+            released=self.released,
         )
 
     async def start(self, clock: Callable[[], float], *, backend_clock: bool) -> None:
