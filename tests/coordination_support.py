@@ -170,13 +170,19 @@ class Fleet(abc.ABC):
         seed: int = 0,
         timeout: float = 5.0,
         probe_lease: float = 30.0,
+        max_open_wait: float | None = None,
         on_change: Callable[[poise.CoordinationChange], None] | None = None,
         **kwargs: Any,
     ) -> poise.LoadBalancer:
         """A balancer over ``ids`` (default one endpoint, "a"), not started."""
         storage = await self.storage(protocol_version=protocol_version)
         coordination = poise.Coordination(
-            storage, sync_interval=3600.0, timeout=timeout, probe_lease=probe_lease, on_change=on_change
+            storage,
+            sync_interval=3600.0,
+            timeout=timeout,
+            probe_lease=probe_lease,
+            max_open_wait=max_open_wait,  # None: these tests exercise the policy's whole backoff
+            on_change=on_change,
         )
         return poise.LoadBalancer(
             poise.StaticDiscovery(endpoints(*(ids or ("a",)))),

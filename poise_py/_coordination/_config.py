@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import attrs
 
+from .._core._ejection import Escalation
 from .._core._policy import CircuitPolicy
 from .._endpoint import check_duration
 from .._errors import ConfigError
@@ -81,6 +82,11 @@ def _check_duration(instance: Coordination, attribute: attrs.Attribute[float], v
     check_duration(f"Coordination.{attribute.name}", value)
 
 
+def _check_cap(instance: Coordination, attribute: attrs.Attribute[float | None], value: float | None) -> None:
+    if value is not None:
+        check_duration("Coordination.max_open_wait", value)
+
+
 def _check_hook(
     instance: Coordination,
     attribute: attrs.Attribute[Callable[[CoordinationChange], None] | None],
@@ -109,6 +115,13 @@ class Coordination:
         timeout: seconds one storage operation may take before the balancer falls back.
         probe_lease: seconds a half-open round's leases stay valid: a round whose probes
             did not report by then (an instance died holding one) starts afresh.
+        max_open_wait: caps the shared open wait (default 30 s; None: the circuit
+            policy's ``Escalation.maximum``). A shared round sends ``permitted_probes``
+            probes to the endpoint for the whole fleet, where local circuits send that
+            many per instance, so the long local maximum, which spares a dead endpoint
+            the whole fleet's probes, is not needed for that; and every second of open
+            wait is up to a second of readmission delay after the endpoint recovers. A
+            server's Retry-After still floors the wait. See ``docs/coordination.md``.
         on_change: called with a :class:`CoordinationChange` when the storage is lost or
             regained; must not block.
     """
@@ -117,9 +130,17 @@ class Coordination:
     sync_interval: float = attrs.field(default=1.0, kw_only=True, validator=_check_duration)
     timeout: float = attrs.field(default=0.5, kw_only=True, validator=_check_duration)
     probe_lease: float = attrs.field(default=30.0, kw_only=True, validator=_check_duration)
+    max_open_wait: float | None = attrs.field(default=30.0, kw_only=True, validator=_check_cap)
     on_change: Callable[[CoordinationChange], None] | None = attrs.field(
         default=None, kw_only=True, validator=_check_hook
     )
+
+    def shared_escalation(self, escalation: Escalation) -> Escalation:
+        """The escalation a shared circuit's open wait follows: ``escalation`` capped at ``max_open_wait``."""
+        cap = self.max_open_wait
+        if cap is None or escalation.maximum <= cap:
+            return escalation
+        return attrs.evolve(escalation, base=min(escalation.base, cap), maximum=cap)
 
     def check(self, policy: CircuitPolicy) -> None:
         """Refuse a circuit policy the storage cannot honour, instead of degrading silently.
@@ -130,7 +151,7 @@ class Coordination:
                 shared circuit does not do (see ``docs/coordination.md``).
         """
         version = self.storage.protocol_version
-        esc = policy.escalation
+        esc = self.shared_escalation(policy.escalation)
         if esc.maximum > esc.base and version < BACKOFF_PROTOCOL_VERSION:
             raise ConfigError(
                 "CircuitPolicy.escalation",

@@ -581,7 +581,7 @@ class Coordinator:
     # -- helpers ---------------------------------------------------------------------------
 
     def _wait(self, trip: Transition | None) -> OpenWait:
-        escalation = self._policy.escalation
+        escalation = self._config.shared_escalation(self._policy.escalation)
         minimum = 0.0
         if trip is not None and trip.retry_after:
             minimum = trip.retry_after
