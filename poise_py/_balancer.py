@@ -657,8 +657,8 @@ class LoadBalancer:
             if wakeup.is_set():
                 self._timer_wakeup = anyio.Event()
 
-    def _coordination_fallback(self, at: float, error: BaseException) -> None:
-        self._telemetry.emit(CoordinationFallback(at=at, endpoint_id=None, error=error))
+    def _coordination_fallback(self, at: float, error: BaseException, endpoint_id: str | None, storage: str) -> None:
+        self._telemetry.emit(CoordinationFallback(at=at, endpoint_id=endpoint_id, error=error, storage=storage))
 
     def _on_transition(self, state: EndpointState, transition: Transition) -> None:
         if transition.reopen_at is not None and self._timer_wakeup is not None:

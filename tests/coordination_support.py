@@ -94,6 +94,9 @@ class FlakyStorage:
         self._inner = inner
         self._fleet = fleet
 
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
     @property
     def protocol_version(self) -> int:
         return self._inner.protocol_version
@@ -216,6 +219,10 @@ class Fleet(abc.ABC):
         return (await self._reader.read([key]))[0]
 
     @abc.abstractmethod
+    async def poison(self, key: str, how: str) -> None:
+        """Make ``key``'s record unusable: ``how`` is "wrong type", "unknown state" or "non-numeric version"."""
+
+    @abc.abstractmethod
     async def flush(self) -> None:
         """Lose every record (Redis: FLUSHALL)."""
 
@@ -248,6 +255,10 @@ class MemoryFleet(Fleet):
 
     async def flush(self) -> None:
         self.base.clear()
+
+    async def poison(self, key: str, how: str) -> None:
+        # In memory a record is a SharedState: an unusable one is how a storage reports one.
+        self.base._records[key] = SharedState(version=-1, problem=f"key {key}: {how}")
 
     async def kill(self) -> None:
         self.down = True
@@ -291,6 +302,16 @@ class RedisFleet(Fleet):
 
     async def flush(self) -> None:
         assert self.server.command("FLUSHALL") == "OK"
+
+    async def poison(self, key: str, how: str) -> None:
+        name = f"{{{self.namespace}}}:circuit:{key}"
+        if how == "wrong type":
+            self.server.command("DEL", name)
+            self.server.command("SET", name, "not a hash")
+        elif how == "unknown state":
+            self.server.command("HSET", name, "state", "ajar", "version", "3")
+        else:
+            self.server.command("HSET", name, "state", "open", "version", "seven")
 
     async def kill(self) -> None:
         self.server.stop()

@@ -48,6 +48,8 @@ class CoordinationStatistics:
         leases: probe leases this balancer obtained.
         released: leases it handed back unused (held ``sync_interval`` without a call, a
             cancelled probe's, or the endpoint's status excludes it here).
+        poisoned: shared records found unusable (once per record per episode); each
+            such endpoint decided locally until its record was usable again.
         declined: shared ejections not mirrored because ``max_ejection_percent`` of this
             balancer's pool was already ejected.
     """
@@ -63,6 +65,7 @@ class CoordinationStatistics:
     leases: int
     declined: int
     released: int = 0
+    poisoned: int = 0
 
 
 def _check_storage(instance: Coordination, attribute: attrs.Attribute[Storage], value: Storage) -> None:
@@ -82,7 +85,7 @@ def _check_duration(instance: Coordination, attribute: attrs.Attribute[float], v
     check_duration(f"Coordination.{attribute.name}", value)
 
 
-def _check_cap(instance: Coordination, attribute: attrs.Attribute[float | None], value: float | None) -> None:
+def _check_cap(instance: Coordination, attribute: object, value: float | None) -> None:
     if value is not None:
         check_duration("Coordination.max_open_wait", value)
 

@@ -103,6 +103,8 @@ class _Link:
     """When the coordinator last granted this circuit a leased slot."""
     release: bool = False
     """A probe ended (or was cancelled): hand free slots back at the next settle."""
+    problem: str | None = None
+    """The shared record is unusable (what is wrong): this circuit decides locally meanwhile."""
 
 
 class Coordinator:
@@ -113,8 +115,9 @@ class Coordinator:
         pool: the balancer's pool.
         policy: the circuit policy (already checked by ``config.check``).
         rng: the balancer's seeded rng (jitter units for trips).
-        on_fallback: called once per outage with the time and the storage's error (the
-            balancer emits a ``CoordinationFallback`` event, which logs); None: log here.
+        on_fallback: called with the time, the error, the endpoint id (None: the whole
+            storage) and the storage's name, once per outage and once per unusable record
+            (the balancer emits a ``CoordinationFallback`` event, which logs); None: log here.
     """
 
     def __init__(
@@ -124,7 +127,7 @@ class Coordinator:
         policy: CircuitPolicy,
         rng: random.Random,
         *,
-        on_fallback: Callable[[float, BaseException], None] | None = None,
+        on_fallback: Callable[[float, BaseException, str | None, str], None] | None = None,
     ) -> None:
         self._config = config
         self._on_fallback = on_fallback
@@ -151,6 +154,7 @@ class Coordinator:
         self.leases = 0
         self.declined = 0
         self.released = 0
+        self.poisoned = 0
         self._refused_at: float | None = None
         self._refusals = 0
         self._waiting = False  # a HALF_OPEN round waits for demand here: a refusal wakes the task
@@ -207,6 +211,7 @@ class Coordinator:
             leases=self.leases,
             declined=self.declined,
             released=self.released,
+            poisoned=self.poisoned,
         )
 
     async def start(self, clock: Callable[[], float], *, backend_clock: bool) -> None:
@@ -310,7 +315,8 @@ class Coordinator:
         self._announced = False
         for state, view in zip(members, views, strict=True):
             if state.live:
-                self._pool.set_leased(state, True, now)
+                if view.problem is None:
+                    self._pool.set_leased(state, True, now)
                 self._receive(state, view, now)
         await self._step(poll=False)
 
@@ -330,8 +336,8 @@ class Coordinator:
         for state, epoch, view in zip(members, epochs, views, strict=True):
             if not state.live:
                 continue
-            if not state.circuit.leased:  # the pool gained it after the last resync
-                self._pool.set_leased(state, True, now)
+            if not state.circuit.leased and view.problem is None and self._link(state).problem is None:
+                self._pool.set_leased(state, True, now)  # the pool gained it after the last resync
             if state.circuit.epoch == epoch:
                 self._receive(state, view, now)
             else:
@@ -522,6 +528,13 @@ class Coordinator:
         force: bool = False,
     ) -> None:
         link = self._link(state)
+        if view.problem is not None:
+            self._poison(state, link, view.problem, now)
+            return
+        if link.problem is not None:  # usable again (repaired, expired or rewritten): follow it
+            link.problem = None
+            link.version = -1
+            self._pool.set_leased(state, True, now)
         link.view = view
         link.deadline = None if view.reopen_at is None else now + view.remaining()
         if view.state is _O:
@@ -537,6 +550,29 @@ class Coordinator:
         if (force or publishing) and c.state not in _LOCAL_ONLY:
             link.epoch = c.epoch
         self._mirror(state)
+
+    def _poison(self, state: EndpointState, link: _Link, problem: str, now: float) -> None:
+        """An unusable record: this endpoint alone decides locally, reported once per episode."""
+        link.view = None
+        link.deadline = None
+        link.reopen = None
+        link.epoch = state.circuit.epoch
+        if state.circuit.leased:
+            self._pool.set_leased(state, False, now)
+        if link.problem is not None:
+            return
+        link.problem = problem
+        self.poisoned = sat_add(self.poisoned)
+        error = CoordinationError(f"unusable shared record: {problem}")
+        if self._on_fallback is not None:
+            self._on_fallback(now, error, state.id, repr(self._storage))
+        else:
+            logger.warning(
+                "poise_py: shared record of endpoint %r in %r unusable, it uses its local circuit: %s",
+                state.id,
+                self._storage,
+                error,
+            )
 
     def _mirror(self, state: EndpointState) -> None:
         link = self._link(state)
@@ -615,11 +651,12 @@ class Coordinator:
         if not self._announced:  # once per outage: a log line (through the event), a hook
             self._announced = True
             if self._on_fallback is not None:
-                self._on_fallback(now, error)
+                self._on_fallback(now, error, None, repr(self._storage))
             else:
                 logger.warning(
-                    "poise_py: coordination storage unavailable (%s); every endpoint falls back to its "
+                    "poise_py: coordination storage %r unavailable (%s); every endpoint falls back to its "
                     "local circuit until it answers again",
+                    self._storage,
                     reason,
                 )
             self._notify(CoordinationChange(connected=False, at=now, reason=reason))

@@ -70,6 +70,9 @@ class InMemoryStorage:
         """The protocol this storage speaks."""
         return self._protocol
 
+    def __repr__(self) -> str:
+        return f"InMemoryStorage(protocol_version={self._protocol})"
+
     def clear(self) -> None:
         """Forget every record, as a storage restart without persistence would."""
         self._records.clear()
@@ -89,6 +92,8 @@ class InMemoryStorage:
         self.operations["trip_open"] += 1
         now = self._clock()
         r = self._load(key)
+        if r.problem is not None:  # an unusable record: the next write replaces it
+            r = SharedState()
         if r.version != expected_version or r.state is _O:
             return self._refuse(r, now)
         failed = _rounds(r)
@@ -117,7 +122,7 @@ class InMemoryStorage:
         _check_budget(permitted, lease)
         now = self._clock()
         r = self._load(key)
-        if r.version != expected_version or r.state is _C or now < (r.reopen_at or 0.0):
+        if r.problem is not None or r.version != expected_version or r.state is _C or now < (r.reopen_at or 0.0):
             return self._refuse(r, now)
         return self._save(
             key,
@@ -136,7 +141,13 @@ class InMemoryStorage:
         self.operations["lease_probe"] += 1
         now = self._clock()
         r = self._load(key)
-        if r.version != expected_version or r.state is not _H or r.probes_remaining <= 0 or now >= (r.reopen_at or 0.0):
+        if (
+            r.problem is not None
+            or r.version != expected_version
+            or r.state is not _H
+            or r.probes_remaining <= 0
+            or now >= (r.reopen_at or 0.0)
+        ):
             return self._refuse(r, now)
         return self._save(key, r, now, probes_remaining=r.probes_remaining - 1)
 
@@ -148,7 +159,7 @@ class InMemoryStorage:
             raise CoordinationError(f"report must be a ProbeReport, got {report!r}")
         now = self._clock()
         r = self._load(key)
-        if r.version != expected_version or r.state is not _H:
+        if r.problem is not None or r.version != expected_version or r.state is not _H:
             return self._refuse(r, now)
         if report is ProbeReport.SUCCEEDED:
             return self._save(key, r, now, probes_completed=r.probes_completed + 1)
@@ -160,7 +171,7 @@ class InMemoryStorage:
         self.operations["close"] += 1
         now = self._clock()
         r = self._load(key)
-        if r.version != expected_version or r.state is not _H:
+        if r.problem is not None or r.version != expected_version or r.state is not _H:
             return self._refuse(r, now)
         return self._save(
             key,
@@ -182,6 +193,8 @@ class InMemoryStorage:
         return SharedState() if r is None else r
 
     def _answer(self, r: SharedState, now: float) -> SharedState:
+        if r.problem is not None:
+            return SharedState(version=-1, storage_time=now, problem=r.problem)
         failed = _rounds(r) if self._protocol >= 2 else 0  # protocol 1 does not know the field
         return attrs.evolve(r, failed_rounds=failed, storage_time=now)
 

@@ -91,6 +91,11 @@ class SharedState:
         protocol_version: the protocol of the record's last writer; 0 if there is none.
         storage_time: the storage's clock when it answered, to translate the times above
             into an instance's own clock.
+        problem: None for a usable record; for one the storage cannot parse (a key of
+            another type, an unknown state, a field that is not a number), what is wrong
+            with it, naming the key. The other fields are then meaningless: the balancer
+            decides that endpoint locally until the record is usable again, and a
+            ``trip_open`` replaces it (at expected version 0).
     """
 
     state: CircuitState = attrs.field(default=CircuitState.CLOSED, validator=_check_state)
@@ -103,6 +108,7 @@ class SharedState:
     probes_completed: int = 0
     protocol_version: int = 0
     storage_time: float = 0.0
+    problem: str | None = None
 
     def remaining(self, time: float | None = None) -> float:
         """Seconds from ``time`` (default: when the storage answered) to ``reopen_at``; 0 if past."""

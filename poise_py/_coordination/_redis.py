@@ -83,6 +83,9 @@ class RedisStorage:
         )
         self._errors: tuple[type[BaseException], ...] = (coredis.exceptions.RedisError,)
 
+    def __repr__(self) -> str:
+        return f"RedisStorage(namespace={self._namespace!r}, protocol_version={self._protocol})"
+
     @property
     def protocol_version(self) -> int:
         """The protocol this storage speaks."""
@@ -165,9 +168,14 @@ def _count(value: object) -> int:
 
 
 def _parse(raw: object) -> Reply:
-    if not isinstance(raw, list) or len(raw) != 11:
+    if not isinstance(raw, list) or len(raw) != 12:
         raise CoordinationError(f"unexpected reply {raw!r}")
-    applied, state, version, opened_at, reopen_at, failed, permitted, remaining, completed, proto, now = raw
+    applied, state, version, opened_at, reopen_at, failed, permitted, remaining, completed, proto, now, problem = raw
+    if problem:  # the scripts vouch for every field they answer, or say what is wrong
+        return Reply(
+            applied=False,
+            state=SharedState(version=-1, storage_time=_number(now) or 0.0, problem=_text(problem)),
+        )
     circuit = _STATES.get(_text(state))
     if circuit is None:
         raise CoordinationError(f"unknown shared state {state!r}")
