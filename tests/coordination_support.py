@@ -277,16 +277,32 @@ class MemoryFleet(Fleet):
 
 
 class RedisFleet(Fleet):
-    """A fleet over one Redis namespace, one coredis client per storage."""
+    """A fleet over one Redis namespace, one client per storage: coredis, or redis-py (``redis.asyncio``)."""
 
     kind = "redis"
 
-    def __init__(self, server: RedisServer) -> None:
+    def __init__(self, server: RedisServer, client: str = "coredis") -> None:
         super().__init__()
         self.server = server
+        self.client = client
         self.namespace = f"t{uuid.uuid4().hex[:12]}"
 
     async def storage(self, *, protocol_version: int = poise.PROTOCOL_VERSION) -> poise.Storage:
+        if self.client == "redis-py":
+            import redis.asyncio
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+
+            # No client-side retries: the balancer's own timeout and fallback are under test.
+            py_client = redis.asyncio.Redis(
+                host="127.0.0.1",
+                port=self.server.port,
+                socket_connect_timeout=2.0,
+                socket_timeout=5.0,
+                retry=Retry(NoBackoff(), 0),
+            )
+            self._stack.push_async_callback(py_client.aclose)
+            return poise.RedisStorage(py_client, namespace=self.namespace, protocol_version=protocol_version)
         import coredis
 
         client: coredis.Redis[bytes] = coredis.Redis(
@@ -349,17 +365,41 @@ def rewind(server: RedisServer, namespace: str, seconds: float) -> None:
     server.command("EVAL", _REWIND, "0", f"{{{namespace}}}:circuit:*", repr(float(seconds)))
 
 
-@pytest.fixture(params=["memory", "redis"])
+FLEETS = ["memory", "redis", "redis-py"]
+"""The storages every behavioural test runs against: embedded, Redis through coredis, Redis
+through redis-py (asyncio only: its Trio runs are deselected, see below)."""
+
+
+@pytest.fixture(params=FLEETS)
 def fleet(request: pytest.FixtureRequest) -> Fleet:
-    """A fleet over the embedded storage, then over the session's Redis."""
-    if request.param == "redis":
-        return RedisFleet(request.getfixturevalue("redis_server"))
-    return MemoryFleet()
+    """A fleet over the embedded storage, then over the session's Redis with each client."""
+    if request.param == "memory":
+        return MemoryFleet()
+    return RedisFleet(
+        request.getfixturevalue("redis_server"), client="coredis" if request.param == "redis" else "redis-py"
+    )
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=FLEETS)
 def faulty_fleet(request: pytest.FixtureRequest) -> Fleet:
     """A fleet whose storage the test may kill, restart, flush and slow down."""
-    if request.param == "redis":
-        return RedisFleet(request.getfixturevalue("private_redis"))
-    return MemoryFleet()
+    if request.param == "memory":
+        return MemoryFleet()
+    return RedisFleet(
+        request.getfixturevalue("private_redis"), client="coredis" if request.param == "redis" else "redis-py"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect (never skip) the Trio runs of redis-py fleets: redis-py runs on asyncio only."""
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        backend = params.get("anyio_backend")
+        trio = isinstance(backend, tuple) and backend[0] == "trio"
+        redis_py = "redis-py" in (params.get("fleet"), params.get("faulty_fleet"))
+        (dropped if trio and redis_py else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

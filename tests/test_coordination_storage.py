@@ -212,6 +212,36 @@ def test_keys_share_the_namespace_hash_tag_so_a_cluster_keeps_them_in_one_slot()
 def test_importing_poise_py_does_not_import_coredis() -> None:
     code = "import sys, poise_py; assert 'coredis' not in sys.modules, 'coredis imported'"
     subprocess.run([sys.executable, "-c", code], check=True)  # noqa: S603
+    code = "import sys, poise_py; assert 'redis' not in sys.modules, 'redis-py imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)  # noqa: S603
+
+
+def test_a_redis_py_client_runs_on_asyncio_and_says_plainly_that_trio_is_not_supported(
+    redis_server: RedisServer,
+) -> None:
+    import redis
+    import redis.asyncio
+
+    client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
+    storage = poise.RedisStorage(client, namespace="redis-py-backends")  # outside any event loop: fine
+
+    async def on_trio() -> None:
+        with pytest.raises(poise.ConfigError) as info:
+            poise.RedisStorage(client)
+        assert info.value.knob == "RedisStorage.client"
+        assert "asyncio only" in str(info.value)
+        with pytest.raises(poise.CoordinationError, match="asyncio only"):
+            await storage.read(["a"])
+
+    async def on_asyncio() -> None:
+        assert (await storage.read(["a"]))[0].version == 0
+        await client.aclose()
+
+    anyio.run(on_trio, backend="trio")
+    anyio.run(on_asyncio, backend="asyncio")
+    with pytest.raises(poise.ConfigError) as info:
+        poise.RedisStorage(redis.Redis())  # the synchronous client
+    assert "redis.asyncio" in str(info.value)
 
 
 # -- the Lua arithmetic is the core's, clamp included ---------------------------------

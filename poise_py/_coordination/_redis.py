@@ -1,6 +1,8 @@
-"""Shared circuits in Redis, through coredis (anyio-native: Trio and asyncio alike).
+"""Shared circuits in Redis, through coredis (anyio-native: Trio and asyncio alike) or redis-py's
+``redis.asyncio`` (asyncio only).
 
-Importing this module does not import coredis; constructing a :class:`RedisStorage` does.
+Importing this module imports neither; constructing a :class:`RedisStorage` imports the
+client's own library.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from ._lua import PRELUDE, SCRIPTS
 from ._protocol import PROTOCOL_VERSION, OpenWait, ProbeReport, Reply, SharedState, check_protocol_version
 
 if TYPE_CHECKING:
-    from coredis.commands.script import Script
+    from collections.abc import Awaitable, Callable
 
 _STATES = {s.value: s for s in (CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN)}
 _NAMESPACE = re.compile(r"[^{}\s]+")
@@ -38,8 +40,15 @@ class RedisStorage:
         async with client, lb:
             ...
 
+    A redis-py client works the same way on asyncio (``redis.asyncio.Redis`` or
+    ``redis.asyncio.RedisCluster``; close it with ``await client.aclose()``). redis-py does
+    not run on Trio: constructing the storage inside a Trio run raises ``ConfigError``, and
+    an operation attempted on Trio fails with a ``CoordinationError`` that says so (the
+    balancer logs it and keeps its local circuits).
+
     Args:
-        client: a ``coredis.Redis`` or ``coredis.RedisCluster``.
+        client: a ``coredis.Redis`` or ``coredis.RedisCluster``, or a
+            ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``.
         namespace: separates fleets sharing one Redis; no braces or spaces.
         retention: seconds a record outlives its last write (plus any open wait), so the
             records of endpoints that left do not pile up. An expired record reads as
@@ -56,11 +65,14 @@ class RedisStorage:
         retention: float = 86_400.0,
         protocol_version: int = PROTOCOL_VERSION,
     ) -> None:
-        import coredis  # noqa: PLC0415 - coredis is an optional extra: imported on use only
-        import coredis.exceptions  # noqa: PLC0415
-
-        if not isinstance(client, coredis.Redis | coredis.RedisCluster):
-            raise ConfigError("RedisStorage.client", f"must be a coredis Redis or RedisCluster, got {client!r}")
+        if type(client).__module__.split(".", 1)[0] == "redis":
+            self._unavailable, self._errors = _redis_py_errors(client)
+            self._asyncio_only = True
+        else:
+            self._unavailable, self._errors = _coredis_errors(client)
+            self._asyncio_only = False
+        if self._asyncio_only and _running_library() not in (None, "asyncio"):
+            raise ConfigError("RedisStorage.client", _ASYNCIO_ONLY)
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigError(
                 "RedisStorage.namespace",
@@ -70,18 +82,9 @@ class RedisStorage:
         self._namespace = namespace
         self._retention = repr(check_duration("RedisStorage.retention", retention))
         self._protocol = check_protocol_version("RedisStorage.protocol_version", protocol_version)
-        self._scripts: dict[str, Script[Any]] = {
+        self._scripts: dict[str, Callable[..., Awaitable[Any]]] = {
             name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()
         }
-        self._unavailable: tuple[type[BaseException], ...] = (
-            coredis.exceptions.ConnectionError,  # BusyLoadingError and ProtocolError among them
-            coredis.exceptions.BusyLoadingError,
-            coredis.exceptions.ClusterDownError,
-            coredis.exceptions.TryAgainError,
-            OSError,
-            TimeoutError,
-        )
-        self._errors: tuple[type[BaseException], ...] = (coredis.exceptions.RedisError,)
 
     def __repr__(self) -> str:
         return f"RedisStorage(namespace={self._namespace!r}, protocol_version={self._protocol})"
@@ -141,12 +144,66 @@ class RedisStorage:
     # -- internals ---------------------------------------------------------------------
 
     async def _run(self, name: str, keys: list[str], args: list[str]) -> object:
+        if self._asyncio_only and _running_library() != "asyncio":
+            raise CoordinationError(f"redis {name}: {_ASYNCIO_ONLY}")
         try:
             return await self._scripts[name](keys=keys, args=[str(self._protocol), self._retention, *args])
         except self._unavailable as exc:
             raise CoordinationUnavailable(f"redis {name}: {exc!r}") from exc
         except self._errors as exc:
             raise CoordinationError(f"redis {name}: {exc!r}") from exc
+
+
+_ASYNCIO_ONLY = "a redis.asyncio (redis-py) client runs on asyncio only; on Trio, use a coredis client"
+
+
+def _running_library() -> str | None:
+    import sniffio  # noqa: PLC0415 - anyio's own dependency
+
+    try:
+        return sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return None
+
+
+def _coredis_errors(client: object) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    import coredis  # noqa: PLC0415 - coredis is an optional extra: imported on use only
+    import coredis.exceptions  # noqa: PLC0415
+
+    if not isinstance(client, coredis.Redis | coredis.RedisCluster):
+        raise ConfigError(
+            "RedisStorage.client",
+            f"must be a coredis Redis or RedisCluster, or a redis.asyncio Redis or RedisCluster, got {client!r}",
+        )
+    unavailable = (
+        coredis.exceptions.ConnectionError,  # BusyLoadingError and ProtocolError among them
+        coredis.exceptions.BusyLoadingError,
+        coredis.exceptions.ClusterDownError,
+        coredis.exceptions.TryAgainError,
+        OSError,
+        TimeoutError,
+    )
+    return unavailable, (coredis.exceptions.RedisError,)
+
+
+def _redis_py_errors(client: object) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    import redis.asyncio  # noqa: PLC0415 - redis-py is an optional extra: imported on use only
+    import redis.exceptions  # noqa: PLC0415
+
+    if not isinstance(client, redis.asyncio.Redis | redis.asyncio.RedisCluster):
+        raise ConfigError(
+            "RedisStorage.client",
+            f"must be a redis.asyncio Redis or RedisCluster (not the synchronous client), got {client!r}",
+        )
+    unavailable = (
+        redis.exceptions.ConnectionError,  # BusyLoadingError among them
+        redis.exceptions.TimeoutError,
+        redis.exceptions.ClusterDownError,
+        redis.exceptions.TryAgainError,
+        OSError,
+        TimeoutError,
+    )
+    return unavailable, (redis.exceptions.RedisError,)
 
 
 def _text(value: object) -> str:
