@@ -392,7 +392,8 @@ def faulty_fleet(request: pytest.FixtureRequest) -> Fleet:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect (never skip) the Trio runs of redis-py fleets: redis-py runs on asyncio only."""
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}

@@ -1,6 +1,6 @@
-"""Shared circuits in Redis, through coredis (anyio-native: Trio and asyncio alike) or redis-py's
-``redis.asyncio`` (asyncio only).
+"""Shared circuits in Redis, through coredis or redis-py's ``redis.asyncio``.
 
+coredis is anyio-native (Trio and asyncio alike); redis-py runs on asyncio only.
 Importing this module imports neither; constructing a :class:`RedisStorage` imports the
 client's own library.
 """
