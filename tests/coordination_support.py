@@ -29,7 +29,7 @@ import pytest
 import poise_py as poise
 from poise_py._coordination._protocol import OpenWait, ProbeReport, Reply, SharedState
 from tests.helpers import FakeClock, endpoints
-from tests.redis_server import RedisServer, RedisServerError
+from tests.redis_server import RedisCluster, RedisServer, RedisServerError
 
 REAL_CLOCK_BACKENDS = [
     pytest.param(("trio", {}), id="trio"),
@@ -320,14 +320,7 @@ class RedisFleet(Fleet):
         assert self.server.command("FLUSHALL") == "OK"
 
     async def poison(self, key: str, how: str) -> None:
-        name = f"{{{self.namespace}}}:circuit:{key}"
-        if how == "wrong type":
-            self.server.command("DEL", name)
-            self.server.command("SET", name, "not a hash")
-        elif how == "unknown state":
-            self.server.command("HSET", name, "state", "ajar", "version", "3")
-        else:
-            self.server.command("HSET", name, "state", "open", "version", "seven")
+        await poison_redis(self.server, self.namespace, key, how)
 
     async def kill(self) -> None:
         self.server.stop()
@@ -342,6 +335,77 @@ class RedisFleet(Fleet):
             yield
         finally:
             self.server.command("CLIENT", "UNPAUSE")
+
+
+class ClusterFleet(Fleet):
+    """A fleet over one namespace of a real Redis Cluster, one ``coredis.RedisCluster`` per storage.
+
+    The namespace is the keys' hash tag, so the fleet's records live on one shard; time
+    passes for them on the master that serves that slot.
+    """
+
+    kind = "cluster"
+
+    def __init__(self, cluster: RedisCluster) -> None:
+        super().__init__()
+        self.cluster = cluster
+        self.namespace = f"t{uuid.uuid4().hex[:12]}"
+
+    async def storage(self, *, protocol_version: int = poise.PROTOCOL_VERSION) -> poise.Storage:
+        import coredis
+
+        seed = self.cluster.masters[0]
+        client: coredis.RedisCluster[bytes] = coredis.RedisCluster(
+            host="127.0.0.1", port=seed.port, connect_timeout=2.0, stream_timeout=5.0
+        )
+        await self._stack.enter_async_context(client)
+        return poise.RedisStorage(client, namespace=self.namespace, protocol_version=protocol_version)
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        try:
+            return await super().__aexit__(et, e, tb)
+        finally:
+            with warnings.catch_warnings():
+                # coredis's cluster client leaks the memory streams of connections it opened
+                # to learn the topology (see COREDIS_LEAK): collect them while the filter holds.
+                warnings.filterwarnings("ignore", "Unclosed <MemoryObject", ResourceWarning)
+                gc.collect()
+
+    @property
+    def server(self) -> RedisServer:
+        """The master serving this fleet's slot now."""
+        return self.cluster.master_of(f"{{{self.namespace}}}:circuit:a")
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        rewind(self.server, self.namespace, seconds)
+
+    async def poison(self, key: str, how: str) -> None:
+        await poison_redis(self.server, self.namespace, key, how)
+
+    async def flush(self) -> None:
+        for master in self.cluster.masters:
+            assert master.command("FLUSHALL") == "OK"
+
+    async def kill(self) -> None:
+        for node in self.cluster.nodes:
+            node.stop()
+
+    async def restart(self) -> None:
+        for node in self.cluster.nodes:
+            node.start()  # each keeps its nodes.conf: the cluster re-forms, empty
+        await anyio.to_thread.run_sync(self.cluster.wait_ok)
+
+    @contextlib.asynccontextmanager
+    async def slow(self) -> AsyncIterator[None]:
+        shard = self.server
+        shard.command("CLIENT", "PAUSE", "60000", "WRITE")
+        try:
+            yield
+        finally:
+            shard.command("CLIENT", "UNPAUSE")
 
 
 _REWIND = """
@@ -360,6 +424,18 @@ return 1
 """
 
 
+async def poison_redis(server: RedisServer, namespace: str, key: str, how: str) -> None:
+    """Make one record of a namespace unusable, the way ``how`` says (see :meth:`Fleet.poison`)."""
+    name = f"{{{namespace}}}:circuit:{key}"
+    if how == "wrong type":
+        server.command("DEL", name)
+        server.command("SET", name, "not a hash")
+    elif how == "unknown state":
+        server.command("HSET", name, "state", "ajar", "version", "3")
+    else:
+        server.command("HSET", name, "state", "open", "version", "seven")
+
+
 def rewind(server: RedisServer, namespace: str, seconds: float) -> None:
     """Age every record of a namespace by ``seconds``: the scripts compare these times with ``TIME``."""
     server.command("EVAL", _REWIND, "0", f"{{{namespace}}}:circuit:*", repr(float(seconds)))
@@ -367,14 +443,41 @@ def rewind(server: RedisServer, namespace: str, seconds: float) -> None:
 
 FLEETS = ["memory", "redis", "redis-py"]
 """The storages every behavioural test runs against: embedded, Redis through coredis, Redis
-through redis-py (asyncio only: its Trio runs are deselected, see below)."""
+through redis-py (asyncio only: its Trio runs are deselected, see below); ``fleet`` adds a
+three-master Redis Cluster through ``coredis.RedisCluster``."""
 
 
-@pytest.fixture(params=FLEETS)
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[None]:
+    """Session teardown collects what coredis leaked (see COREDIS_LEAK; its cluster client's
+    streams outlive the tests): inside pytest's own warning filters, ignore exactly that."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Unclosed <MemoryObject", ResourceWarning)
+        yield
+        for _ in range(3):
+            gc.collect()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """One Redis Cluster for the session: three masters, one replica each, real redis-servers."""
+    cluster = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+    except RedisServerError as exc:
+        cluster.stop()
+        pytest.fail(str(exc))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=[*FLEETS, "cluster"])
 def fleet(request: pytest.FixtureRequest) -> Fleet:
-    """A fleet over the embedded storage, then over the session's Redis with each client."""
+    """A fleet over the embedded storage, the session's Redis with each client, then a Redis Cluster."""
     if request.param == "memory":
         return MemoryFleet()
+    if request.param == "cluster":
+        return ClusterFleet(request.getfixturevalue("redis_cluster"))
     return RedisFleet(
         request.getfixturevalue("redis_server"), client="coredis" if request.param == "redis" else "redis-py"
     )
@@ -401,6 +504,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         trio = isinstance(backend, tuple) and backend[0] == "trio"
         redis_py = "redis-py" in (params.get("fleet"), params.get("faulty_fleet"))
         (dropped if trio and redis_py else kept).append(item)
+        if params.get("fleet") == "cluster":
+            item.add_marker(pytest.mark.filterwarnings(COREDIS_LEAK))  # the cluster client leaks too
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
