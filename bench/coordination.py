@@ -99,9 +99,7 @@ async def dead_dependency(
 
     async def instance(seed: int) -> None:
         nonlocal probes, calls
-        coordination = (
-            None if storage is None else poise.Coordination(storage, sync_interval=1.0, max_open_wait=cap)
-        )
+        coordination = None if storage is None else poise.Coordination(storage, sync_interval=1.0, max_open_wait=cap)
         lb = poise.LoadBalancer(endpoints(1), circuit=circuit, seed=seed, coordination=coordination)
         async with lb:
             await trio.sleep(seed * 1.0 / max(instances, 1))  # instances do not call in lock-step

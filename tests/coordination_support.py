@@ -416,9 +416,13 @@ repeat
   local found = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
   cursor = found[1]
   for _, key in ipairs(found[2]) do
-    for _, field in ipairs({'opened_at', 'reopen_at'}) do
-      local t = redis.call('HGET', key, field)
-      if t then redis.call('HSET', key, field, string.format('%.17g', tonumber(t) - tonumber(ARGV[2]))) end
+    if redis.call('TYPE', key).ok == 'hash' then
+      for _, field in ipairs({'opened_at', 'reopen_at'}) do
+        local t = redis.call('HGET', key, field)
+        if t and tonumber(t) then
+          redis.call('HSET', key, field, string.format('%.17g', tonumber(t) - tonumber(ARGV[2])))
+        end
+      end
     end
   end
 until cursor == '0'

@@ -354,7 +354,7 @@ async def test_protocol_1_and_protocol_2_balancers_share_a_fleet_predictably(fle
     )
     async with fleet:
         old = await fleet.balancer(circuit=constant, protocol_version=1)
-        new = await fleet.balancer(seed=1)
+        new = await fleet.balancer(seed=1, protocol_version=2)
         await fail(new)
         await fleet.sync(new, old)
         assert state_of(old) is CircuitState.OPEN

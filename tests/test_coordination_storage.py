@@ -149,7 +149,7 @@ async def test_a_round_past_its_lease_gives_no_lease_and_may_begin_again(fleet: 
 
 async def test_protocol_1_neither_counts_nor_resets_and_protocol_2_distrusts_its_count(fleet: Fleet) -> None:
     async with fleet:
-        new, old = await fleet.storage(), await fleet.storage(protocol_version=1)
+        new, old = await fleet.storage(protocol_version=2), await fleet.storage(protocol_version=1)
         round_ = await open_round(new, fleet)
         tripped = (await new.trip_open("a", expected_version=round_.version, wait=WAIT)).state
         assert (tripped.failed_rounds, tripped.protocol_version) == (1, 2)
@@ -181,7 +181,7 @@ async def test_a_retry_after_floor_holds_after_jitter(fleet: Fleet) -> None:
 def test_storages_refuse_a_protocol_they_do_not_speak(kind: str, redis_server: RedisServer) -> None:
     with pytest.raises(poise.ConfigError) as info:
         if kind == "memory":
-            poise.InMemoryStorage(protocol_version=3)
+            poise.InMemoryStorage(protocol_version=4)
         else:
             poise.RedisStorage(coredis.Redis(port=redis_server.port), protocol_version=0)
     assert info.value.knob.endswith("protocol_version")

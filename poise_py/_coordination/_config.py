@@ -125,6 +125,11 @@ class Coordination:
             the whole fleet's probes, is not needed for that; and every second of open
             wait is up to a second of readmission delay after the endpoint recovers. A
             server's Retry-After still floors the wait. See ``docs/coordination.md``.
+        full_poll_interval: with a storage speaking protocol 3, a poll reads only the
+            records written since the last one (one command and no record when nothing
+            changed); every ``full_poll_interval`` seconds a poll reads every record
+            instead, which catches what the change log cannot show (an expired record,
+            a write by an instance speaking an older protocol).
         on_change: called with a :class:`CoordinationChange` when the storage is lost or
             regained; must not block.
     """
@@ -134,6 +139,7 @@ class Coordination:
     timeout: float = attrs.field(default=0.5, kw_only=True, validator=_check_duration)
     probe_lease: float = attrs.field(default=30.0, kw_only=True, validator=_check_duration)
     max_open_wait: float | None = attrs.field(default=30.0, kw_only=True, validator=_check_cap)
+    full_poll_interval: float = attrs.field(default=30.0, kw_only=True, validator=_check_duration)
     on_change: Callable[[CoordinationChange], None] | None = attrs.field(
         default=None, kw_only=True, validator=_check_hook
     )

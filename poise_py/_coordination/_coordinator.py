@@ -60,7 +60,7 @@ from .._core._pool import Pool
 from .._core._state import EndpointState, sat_add
 from .._errors import CoordinationError
 from ._config import Coordination, CoordinationChange, CoordinationStatistics
-from ._protocol import OpenWait, ProbeReport, Reply, SharedState
+from ._protocol import CHANGES_PROTOCOL_VERSION, Changes, OpenWait, ProbeReport, Reply, SharedState
 
 logger = logging.getLogger("poise_py")
 T = TypeVar("T")
@@ -155,6 +155,12 @@ class Coordinator:
         self.declined = 0
         self.released = 0
         self.poisoned = 0
+        changes = getattr(self._storage, "changes", None)
+        self._changes: Callable[[int], Awaitable[Changes]] | None = (
+            changes if self._storage.protocol_version >= CHANGES_PROTOCOL_VERSION and callable(changes) else None
+        )
+        self._sequence: int | None = None  # the change log's sequence at the last full read
+        self._next_full = 0.0
         self._refused_at: float | None = None
         self._refusals = 0
         self._waiting = False  # a HALF_OPEN round waits for demand here: a refusal wakes the task
@@ -303,8 +309,11 @@ class Coordinator:
 
     async def _resync(self) -> None:
         members = list(self._pool.members.values())
+        sequence = await self._mark_sequence()
         views = await self._call(self._storage.read, [s.id for s in members])
         now = self._clock()
+        self._sequence = sequence
+        self._next_full = now + self._config.full_poll_interval
         self._next_poll = now + self._config.sync_interval
         self._new_members = False
         self._connected = True
@@ -320,28 +329,69 @@ class Coordinator:
                 self._receive(state, view, now)
         await self._step(poll=False)
 
+    async def _mark_sequence(self) -> int | None:
+        """Before a full read: the change log's sequence now, so the next poll reads what follows."""
+        if self._changes is None:
+            return None
+        return (await self._call(self._changes, -1)).sequence
+
     async def _poll(self, *, everyone: bool) -> None:
         links = self._links
         members = [s for s in self._pool.members.values() if everyone or s not in links]
         self._new_members = False
+        sequence: int | None = None
         if everyone:
-            self._next_poll = self._clock() + self._config.sync_interval
+            now = self._clock()
+            self._next_poll = now + self._config.sync_interval
             for gone in [s for s in links if not s.live]:
                 del links[gone]
+            incremental = self._changes is not None and self._sequence is not None and now < self._next_full
+            if incremental and await self._poll_changes(self._changes, self._sequence):  # type: ignore[arg-type]
+                return
+            sequence = await self._mark_sequence()
+            self._next_full = now + self._config.full_poll_interval
         if not members:
+            self._sequence = sequence if everyone else self._sequence
             return
         epochs = [s.circuit.epoch for s in members]
         views = await self._call(self._storage.read, [s.id for s in members])
+        if everyone:
+            self._sequence = sequence
         now = self._clock()
         for state, epoch, view in zip(members, epochs, views, strict=True):
-            if not state.live:
-                continue
-            if not state.circuit.leased and view.problem is None and self._link(state).problem is None:
-                self._pool.set_leased(state, True, now)  # the pool gained it after the last resync
-            if state.circuit.epoch == epoch:
-                self._receive(state, view, now)
-            else:
-                self._mark(state)
+            self._take(state, epoch, view, now)
+
+    async def _poll_changes(self, changes: Callable[[int], Awaitable[Changes]], since: int) -> bool:
+        """Read only what changed since the last poll; False if everything must be read instead."""
+        members = self._pool.members
+        fresh = [s for s in members.values() if s not in self._links]  # joined since: read them too
+        epochs = {s: s.circuit.epoch for s in members.values()}
+        answer = await self._call(changes, since)
+        if answer.states is None:
+            return False
+        self._sequence = answer.sequence
+        now = self._clock()
+        for endpoint_id, view in answer.states.items():
+            state = members.get(endpoint_id)
+            if state is not None and state not in fresh:
+                self._take(state, epochs[state], view, now)
+        if fresh:
+            views = await self._call(self._storage.read, [s.id for s in fresh])
+            now = self._clock()
+            for state, view in zip(fresh, views, strict=True):
+                self._take(state, epochs[state], view, now)
+        return True
+
+    def _take(self, state: EndpointState, epoch: int, view: SharedState, now: float) -> None:
+        """Take in a polled record, unless the circuit moved while it was read."""
+        if not state.live:
+            return
+        if not state.circuit.leased and view.problem is None and self._link(state).problem is None:
+            self._pool.set_leased(state, True, now)  # the pool gained it after the last resync
+        if state.circuit.epoch == epoch:
+            self._receive(state, view, now)
+        else:
+            self._mark(state)
 
     async def _due(self, *, timers: bool = True) -> None:
         """Begin due rounds (``timers``), hand back unused slots (``timers``), lease for demand."""
@@ -643,6 +693,7 @@ class Coordinator:
         now = self._clock()
         was_connected = self._connected
         self._connected = False
+        self._sequence = None  # the next reads are full
         self._next_poll = now + self._config.sync_interval
         for state in self._pool.members.values():
             self._pool.set_leased(state, False, now)

@@ -119,6 +119,14 @@ local function save(r, state_change)
   local keep = retention
   if r.reopen_at and r.reopen_at > now then keep = keep + (r.reopen_at - now) end
   redis.call('PEXPIRE', r.key, math.ceil(keep * 1000))
+  -- Protocol 3: the namespace's change log (KEYS[2] the sequence, KEYS[3] key -> sequence).
+  if proto >= 3 and KEYS[3] then
+    local seq = redis.call('INCR', KEYS[2])
+    redis.call('ZADD', KEYS[3], seq, r.key)
+    local ttl = math.ceil((retention + 3600) * 1000)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  end
   return answer(true, r)
 end
 
@@ -223,8 +231,24 @@ r.probes_permitted, r.probes_remaining, r.probes_completed = 0, 0, 0
 return save(r, true)
 """
 
+CHANGES = r"""
+local since, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+local seq = tonumber(redis.call('GET', KEYS[1]) or '0')
+if since < 0 or seq == since then return {fmt(seq)} end
+if seq < since then return {fmt(seq), 'reset'} end
+local keys = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. fmt(since), '+inf', 'LIMIT', 0, limit + 1)
+if #keys > limit then return {fmt(seq), 'overflow'} end
+local out = {fmt(seq), 'changes'}
+for _, key in ipairs(keys) do
+  out[#out + 1] = key
+  out[#out + 1] = answer(false, load(key))
+end
+return out
+"""
+
 SCRIPTS = {
     "read": READ,
+    "changes": CHANGES,
     "trip_open": TRIP_OPEN,
     "begin_half_open_if_elapsed": BEGIN_HALF_OPEN,
     "lease_probe": LEASE_PROBE,

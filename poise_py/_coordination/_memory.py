@@ -17,8 +17,10 @@ from .._core._circuit import CircuitState
 from .._endpoint import check_duration
 from .._errors import ConfigError, CoordinationError
 from ._protocol import (
+    CHANGES_PROTOCOL_VERSION,
     FAILED_ROUNDS_CAP,
     PROTOCOL_VERSION,
+    Changes,
     OpenWait,
     ProbeReport,
     Reply,
@@ -54,6 +56,8 @@ class InMemoryStorage:
         self._clock = clock
         self._protocol = check_protocol_version("InMemoryStorage.protocol_version", protocol_version)
         self._records: dict[str, SharedState] = {}
+        self._log: dict[str, int] = {}  # key -> the sequence number of its last logged write
+        self._sequence = [0]  # shared with sharing() views
         self.operations: Counter[str] = Counter()
         """Operations served, by name (reads count once per key)."""
 
@@ -62,6 +66,8 @@ class InMemoryStorage:
         """A view of ``other``'s records that speaks another protocol (a mixed fleet in one process)."""
         view = cls(clock=other._clock, protocol_version=protocol_version)
         view._records = other._records
+        view._log = other._log
+        view._sequence = other._sequence
         view.operations = other.operations
         return view
 
@@ -76,6 +82,8 @@ class InMemoryStorage:
     def clear(self) -> None:
         """Forget every record, as a storage restart without persistence would."""
         self._records.clear()
+        self._log.clear()
+        self._sequence[0] = 0
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -85,6 +93,22 @@ class InMemoryStorage:
         self.operations["read"] += len(keys)
         now = self._clock()
         return [self._answer(self._load(k), now) for k in keys]
+
+    async def changes(self, since: int, *, limit: int = 1000) -> Changes:
+        """The records written since sequence ``since`` (protocol 3); see :meth:`RedisStorage.changes`."""
+        await anyio.lowlevel.checkpoint()
+        self.operations["changes"] += 1
+        sequence = self._sequence[0]
+        if since < 0 or sequence == since:
+            return Changes(sequence, {})
+        if sequence < since:
+            return Changes(sequence, None)
+        keys = [k for k, s in self._log.items() if s > since]
+        if len(keys) > limit:
+            return Changes(sequence, None)
+        self.operations["read"] += len(keys)
+        now = self._clock()
+        return Changes(sequence, {k: self._answer(self._load(k), now) for k in keys})
 
     async def trip_open(self, key: str, *, expected_version: int, wait: OpenWait) -> Reply:
         """CLOSED or HALF_OPEN -> OPEN; see :meth:`Storage.trip_open`."""
@@ -214,6 +238,9 @@ class InMemoryStorage:
             **changes,  # type: ignore[arg-type]
         )
         self._records[key] = new
+        if self._protocol >= CHANGES_PROTOCOL_VERSION:
+            self._sequence[0] += 1
+            self._log[key] = self._sequence[0]
         return Reply(applied=True, state=self._answer(new, now))
 
 

@@ -24,6 +24,11 @@ Protocol versions:
   failed-round count.
 - 2: adds ``failed_rounds`` (incremented by a trip from HALF_OPEN, left alone by a trip
   from CLOSED, reset by close) and the escalated, clamped wait computed by the storage.
+- 3: adds the namespace's change log: every write also bumps a sequence number and notes
+  the written key under it, so a poll when nothing changed reads one counter and a poll
+  after k changes reads k records (:meth:`RedisStorage.changes`). Older writers do not
+  log their writes: a protocol-3 reader sees them at its next full read
+  (``Coordination.full_poll_interval``).
 
 Versions are additive. Every version stores ``reopen_at`` and every version's half-open
 check reads only that, so in a mixed fleet a round lasts what the instance that tripped
@@ -43,8 +48,11 @@ from .._core._circuit import CircuitState
 from .._core._ejection import Backoff, Escalation
 from .._errors import ConfigError
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """The newest protocol this library speaks."""
+
+CHANGES_PROTOCOL_VERSION = 3
+"""The first protocol whose writes keep the namespace's change log (incremental polls)."""
 
 MIN_PROTOCOL_VERSION = 1
 """The oldest protocol this library can run a fleet on."""
@@ -184,6 +192,21 @@ class OpenWait:
             repr(float(self.unit)),
             repr(float(self.minimum)),
         ]
+
+
+@attrs.frozen
+class Changes:
+    """What changed in a namespace since a sequence number (protocol 3).
+
+    Attributes:
+        sequence: the namespace's sequence number now (0 when it has none).
+        states: the records written since, by endpoint id; None when the caller must read
+            everything instead (the sequence went backwards: the storage lost its keys;
+            or more changed than the caller's limit).
+    """
+
+    sequence: int
+    states: dict[str, SharedState] | None
 
 
 @runtime_checkable

@@ -15,7 +15,16 @@ from .._core._circuit import CircuitState
 from .._endpoint import check_duration
 from .._errors import ConfigError, CoordinationError, CoordinationUnavailable
 from ._lua import PRELUDE, SCRIPTS
-from ._protocol import PROTOCOL_VERSION, OpenWait, ProbeReport, Reply, SharedState, check_protocol_version
+from ._protocol import (
+    CHANGES_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    Changes,
+    OpenWait,
+    ProbeReport,
+    Reply,
+    SharedState,
+    check_protocol_version,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -103,6 +112,40 @@ class RedisStorage:
         """The Redis key of one endpoint's record."""
         return f"{{{self._namespace}}}:circuit:{endpoint_id}"
 
+    def _keys(self, endpoint_id: str) -> list[str]:
+        """A write's keys: the record, then the namespace's sequence and change log (protocol 3)."""
+        tag = f"{{{self._namespace}}}"
+        return [self.key(endpoint_id), f"{tag}:sequence", f"{tag}:changes"]
+
+    async def changes(self, since: int, *, limit: int = 1000) -> Changes:
+        """The records written since sequence number ``since``, in one call (protocol 3).
+
+        One ``GET`` when nothing changed (or ``since`` < 0, which asks only for the
+        sequence); one sorted-set range and one read per changed record otherwise.
+        ``states`` is None when the sequence went backwards (the keys were lost) or more
+        than ``limit`` records changed: read everything instead.
+        """
+        if self._protocol < CHANGES_PROTOCOL_VERSION:
+            raise CoordinationError(
+                f"changes needs protocol {CHANGES_PROTOCOL_VERSION}; this storage speaks {self._protocol}"
+            )
+        tag = f"{{{self._namespace}}}"
+        raw = await self._run("changes", [f"{tag}:sequence", f"{tag}:changes"], [str(since), str(limit)])
+        if not isinstance(raw, list) or not raw:
+            raise CoordinationError(f"changes: unexpected reply {raw!r}")
+        sequence = int(_number(raw[0]) or 0)
+        if len(raw) == 1:
+            return Changes(sequence, {})
+        if _text(raw[1]) != "changes":
+            return Changes(sequence, None)
+        prefix = f"{tag}:circuit:"
+        states: dict[str, SharedState] = {}
+        for key, item in zip(raw[2::2], raw[3::2], strict=True):
+            name = _text(key)
+            if name.startswith(prefix):
+                states[name[len(prefix) :]] = _parse(item).state
+        return Changes(sequence, states)
+
     # -- the protocol ------------------------------------------------------------------
 
     async def read(self, keys: Sequence[str]) -> list[SharedState]:
@@ -118,28 +161,28 @@ class RedisStorage:
         """CLOSED or HALF_OPEN -> OPEN; see :meth:`Storage.trip_open`."""
         if not isinstance(wait, OpenWait):
             raise CoordinationError(f"wait must be an OpenWait, got {wait!r}")
-        return _parse(await self._run("trip_open", [self.key(key)], [str(expected_version), *wait.lua_args()]))
+        return _parse(await self._run("trip_open", self._keys(key), [str(expected_version), *wait.lua_args()]))
 
     async def begin_half_open_if_elapsed(
         self, key: str, *, expected_version: int, permitted: int, lease: float
     ) -> Reply:
         """OPEN (or a lapsed HALF_OPEN round) -> a fresh HALF_OPEN round once the server clock says so."""
         args = [str(expected_version), str(permitted), repr(float(lease))]
-        return _parse(await self._run("begin_half_open_if_elapsed", [self.key(key)], args))
+        return _parse(await self._run("begin_half_open_if_elapsed", self._keys(key), args))
 
     async def lease_probe(self, key: str, *, expected_version: int) -> Reply:
         """Take one lease from the round's budget."""
-        return _parse(await self._run("lease_probe", [self.key(key)], [str(expected_version)]))
+        return _parse(await self._run("lease_probe", self._keys(key), [str(expected_version)]))
 
     async def report_probe(self, key: str, *, expected_version: int, report: ProbeReport) -> Reply:
         """Count a leased probe's success, or take an unused lease back."""
         if not isinstance(report, ProbeReport):
             raise CoordinationError(f"report must be a ProbeReport, got {report!r}")
-        return _parse(await self._run("report_probe", [self.key(key)], [str(expected_version), report.value]))
+        return _parse(await self._run("report_probe", self._keys(key), [str(expected_version), report.value]))
 
     async def close(self, key: str, *, expected_version: int) -> Reply:
         """HALF_OPEN -> CLOSED, resetting ``failed_rounds`` (protocol 2)."""
-        return _parse(await self._run("close", [self.key(key)], [str(expected_version)]))
+        return _parse(await self._run("close", self._keys(key), [str(expected_version)]))
 
     # -- internals ---------------------------------------------------------------------
 
