@@ -27,7 +27,7 @@ import anyio
 import pytest
 
 import poise_py as poise
-from poise_py._coordination._protocol import OpenWait, ProbeReport, Reply, SharedState
+from poise_py._coordination._protocol import Changes, OpenWait, ProbeReport, Reply, SharedState
 from tests.helpers import FakeClock, endpoints
 from tests.redis_server import RedisCluster, RedisServer, RedisServerError
 
@@ -110,6 +110,10 @@ class FlakyStorage:
     async def read(self, keys: Sequence[str]) -> list[SharedState]:
         await self._gate()
         return await self._inner.read(keys)
+
+    async def changes(self, since: int, *, limit: int = 1000) -> Changes:
+        await self._gate()
+        return await self._inner.changes(since, limit=limit)
 
     async def trip_open(self, key: str, *, expected_version: int, wait: OpenWait) -> Reply:
         await self._gate()

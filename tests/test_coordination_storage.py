@@ -326,3 +326,36 @@ async def test_redis_refuses_a_wait_no_escalation_could_produce(anyio_backend: A
             await storage._run("trip_open", [storage.key("a")], ["0", *bad])
         with pytest.raises(poise.CoordinationError):
             await storage.begin_half_open_if_elapsed("a", expected_version=0, permitted=0, lease=1.0)
+
+
+# -- protocol 3: the change log ---------------------------------------------------------
+
+
+async def test_the_change_log_answers_nothing_when_idle_and_exactly_the_records_written_since(fleet: Fleet) -> None:
+    async with fleet:
+        s = await fleet.storage()
+        changes = s.changes  # type: ignore[attr-defined]
+        start = (await changes(-1)).sequence
+        assert (await changes(start)).states == {}
+        tripped = await s.trip_open("a", expected_version=0, wait=WAIT)
+        await s.trip_open("b", expected_version=0, wait=WAIT)
+        answer = await changes(start)
+        assert answer.sequence == start + 2
+        assert answer.states is not None
+        assert set(answer.states) == {"a", "b"}
+        assert answer.states["a"].version == tripped.state.version
+        assert (await changes(answer.sequence)).states == {}
+        assert (await changes(start, limit=1)).states is None  # too many: read everything
+        await fleet.flush()
+        assert (await changes(answer.sequence)).states is None  # the counter went backwards
+
+
+async def test_a_protocol_2_writer_keeps_no_change_log(fleet: Fleet) -> None:
+    async with fleet:
+        new, old = await fleet.storage(), await fleet.storage(protocol_version=2)
+        start = (await new.changes(-1)).sequence  # type: ignore[attr-defined]
+        await old.trip_open("a", expected_version=0, wait=WAIT)
+        assert (await new.changes(start)).states == {}  # type: ignore[attr-defined]
+        assert (await new.read(["a"]))[0].state is CircuitState.OPEN  # a full read sees it
+        with pytest.raises(poise.CoordinationError, match="protocol 3"):
+            await old.changes(start)  # type: ignore[attr-defined]

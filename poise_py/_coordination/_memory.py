@@ -97,6 +97,10 @@ class InMemoryStorage:
     async def changes(self, since: int, *, limit: int = 1000) -> Changes:
         """The records written since sequence ``since`` (protocol 3); see :meth:`RedisStorage.changes`."""
         await anyio.lowlevel.checkpoint()
+        if self._protocol < CHANGES_PROTOCOL_VERSION:
+            raise CoordinationError(
+                f"changes needs protocol {CHANGES_PROTOCOL_VERSION}; this storage speaks {self._protocol}"
+            )
         self.operations["changes"] += 1
         sequence = self._sequence[0]
         if since < 0 or sequence == since:
