@@ -12,6 +12,10 @@ package; installed first when missing and run as root) on a free loopback port. 
    coordinated backoff (protocol 2).
 3. Redis commands per state change of one shared circuit, counted by the server itself
    (``INFO commandstats``), for 1 and 10 instances.
+4. Redis work per poll of one balancer, at 10 and 10,000 endpoints, when nothing changed and
+   after one change: script calls and keys looked up (``keyspace_hits + keyspace_misses``),
+   counted by the server, for protocol 2 (every poll reads every record) and protocol 3
+   (the change log: incremental polls).
 """
 
 from __future__ import annotations
@@ -255,19 +259,88 @@ async def redis_operations(server: RedisServer) -> None:
         print(f"{name:<44}{a:>12}{b:>14}")
 
 
+# -- 4. Redis work per poll ---------------------------------------------------------------
+
+
+def server_work(server: RedisServer) -> tuple[int, int]:
+    """(script calls, keys looked up) served so far."""
+    info = server.command("INFO", "stats")
+    assert isinstance(info, bytes)
+    stats = dict(line.split(":", 1) for line in info.decode().splitlines() if ":" in line)
+    return redis_commands(server), int(stats["keyspace_hits"]) + int(stats["keyspace_misses"])
+
+
+async def per_poll(server: RedisServer, size: int, protocol: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """One balancer over ``size`` endpoints polls twice: nothing changed, then one change."""
+    namespace = f"bench-poll-{size}-{protocol}"
+    clock = FakeClock()
+    circuit = poise.CircuitPolicy(consecutive_failures=1, minimum_volume=1, max_ejection_percent=100)
+    async with contextlib.AsyncExitStack() as stack:
+        lbs = []
+        for seed in range(2):
+            client: coredis.Redis[bytes] = coredis.Redis(host="127.0.0.1", port=server.port)
+            await stack.enter_async_context(client)
+            lb = poise.LoadBalancer(
+                endpoints(size),
+                circuit=circuit,
+                clock=clock,
+                seed=seed,
+                coordination=poise.Coordination(
+                    poise.RedisStorage(client, namespace=namespace, protocol_version=protocol), sync_interval=HOUR
+                ),
+            )
+            await stack.enter_async_context(lb)
+            lbs.append(lb)
+        reader, writer = lbs
+        for lb in lbs:
+            coordinator = lb._coordinator
+            assert coordinator is not None
+            await coordinator.sync(poll=True)
+        polling = reader._coordinator
+        assert polling is not None
+
+        async def measured() -> tuple[int, int]:
+            before = server_work(server)
+            await polling.sync(poll=True)
+            after = server_work(server)
+            return after[0] - before[0], after[1] - before[1]
+
+        idle = await measured()
+        writer.acquire(exclude=[f"e{i}" for i in range(1, size)]).fail(poise.Fault.SUSPECT)
+        coordinator = writer._coordinator
+        assert coordinator is not None
+        await coordinator.sync()  # publishes the trip of e0
+        changed = await measured()
+        assert reader.snapshot()["e0"].state is poise.CircuitState.OPEN
+    return idle, changed
+
+
+async def poll_costs(server: RedisServer) -> None:
+    print()
+    print("4. Redis work per poll of one balancer (script calls / keys looked up), counted by the server")
+    print(f"{'protocol':<34}{'endpoints':>10}{'nothing changed':>18}{'one change':>14}")
+    for protocol, name in ((2, "2 (every poll reads every record)"), (3, "3 (change log)")):
+        for size in (10, 10_000):
+            (c0, k0), (c1, k1) = await per_poll(server, size, protocol)
+            print(f"{name:<34}{size:>10}{f'{c0} / {k0}':>18}{f'{c1} / {k1}':>14}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=100_000)
     parser.add_argument("--skip-rates", action="store_true", help="skip the simulated hour (about a minute)")
+    parser.add_argument("--polls-only", action="store_true", help="only section 4, the work per poll")
     args = parser.parse_args()
     logging.getLogger("poise_py").setLevel(logging.CRITICAL)  # the dead dependency is the point: no alerts
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(Path(tmp))
         server.start()
         try:
-            trio.run(hot_path, server, args.iterations)
-            if not args.skip_rates:
-                probe_rates()
-            trio.run(redis_operations, server)
+            if not args.polls_only:
+                trio.run(hot_path, server, args.iterations)
+                if not args.skip_rates:
+                    probe_rates()
+                trio.run(redis_operations, server)
+            trio.run(poll_costs, server)
         finally:
             server.stop()

@@ -43,10 +43,12 @@ local function poisoned(key, problem)
 end
 
 local function load(key)
-  local kind = redis.call('TYPE', key)
-  if type(kind) == 'table' then kind = kind.ok end
-  if kind ~= 'hash' and kind ~= 'none' then return poisoned(key, 'a ' .. tostring(kind) .. ', not a hash') end
-  local f = redis.call('HMGET', key, unpack(FIELDS))
+  local f = redis.pcall('HMGET', key, unpack(FIELDS))
+  if f.err then  -- WRONGTYPE: only then ask what it is
+    local kind = redis.call('TYPE', key)
+    if type(kind) == 'table' then kind = kind.ok end
+    return poisoned(key, 'a ' .. tostring(kind) .. ', not a hash')
+  end
   if f[1] and not STATES[f[1]] then return poisoned(key, "unknown state '" .. f[1] .. "'") end
   for i = 2, #FIELDS do
     if f[i] and not finite(tonumber(f[i])) then
