@@ -175,7 +175,10 @@ async def operations_per_change(server: RedisServer, instances: int) -> list[tup
                 circuit=circuit,
                 clock=clock,
                 seed=seed,
-                coordination=poise.Coordination(storage, sync_interval=HOUR, max_open_wait=None),
+                # full reads (2 commands: the sequence, then every record) are section 4's business
+                coordination=poise.Coordination(
+                    storage, sync_interval=HOUR, max_open_wait=None, full_poll_interval=HOUR
+                ),
             )
             await stack.enter_async_context(lb)
             lbs.append(lb)
