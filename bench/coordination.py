@@ -12,6 +12,10 @@ package; installed first when missing and run as root) on a free loopback port. 
    coordinated backoff (protocol 2).
 3. Redis commands per state change of one shared circuit, counted by the server itself
    (``INFO commandstats``), for 1 and 10 instances.
+4. Redis work per poll of one balancer, at 10 and 10,000 endpoints, when nothing changed and
+   after one change: script calls and keys looked up (``keyspace_hits + keyspace_misses``),
+   counted by the server, for protocol 2 (every poll reads every record) and protocol 3
+   (the change log: incremental polls).
 """
 
 from __future__ import annotations
@@ -85,7 +89,9 @@ async def hot_path(server: RedisServer, iterations: int) -> None:
 # -- 2. probe rate against a dependency that stays down ----------------------------------
 
 
-async def dead_dependency(instances: int, escalation: poise.Escalation, protocol: int | None) -> tuple[int, int]:
+async def dead_dependency(
+    instances: int, escalation: poise.Escalation, protocol: int | None, cap: float | None = None
+) -> tuple[int, int]:
     """Run ``instances`` balancers for an hour of virtual time against a dead endpoint.
 
     Each balancer sends one request a second; every call that reaches the endpoint fails.
@@ -97,7 +103,7 @@ async def dead_dependency(instances: int, escalation: poise.Escalation, protocol
 
     async def instance(seed: int) -> None:
         nonlocal probes, calls
-        coordination = None if storage is None else poise.Coordination(storage, sync_interval=1.0)
+        coordination = None if storage is None else poise.Coordination(storage, sync_interval=1.0, max_open_wait=cap)
         lb = poise.LoadBalancer(endpoints(1), circuit=circuit, seed=seed, coordination=coordination)
         async with lb:
             await trio.sleep(seed * 1.0 / max(instances, 1))  # instances do not call in lock-step
@@ -123,13 +129,14 @@ def probe_rates() -> None:
     print()
     print("2. a dependency that stays down for one simulated hour; 1 request/s per instance")
     print(f"{'setup':<44}{'instances':>10}{'probes/h':>10}{'calls/h':>10}")
-    setups: list[tuple[str, poise.Escalation, int | None]] = [
-        ("local circuits, constant 30 s wait", CONSTANT, None),
-        ("local circuits, backoff 30..300 s", BACKOFF, None),
-        ("coordinated, constant 30 s wait (protocol 1)", CONSTANT, 1),
-        ("coordinated, backoff 30..300 s (protocol 2)", BACKOFF, 2),
+    setups: list[tuple[str, poise.Escalation, int | None, float | None]] = [
+        ("local circuits, constant 30 s wait", CONSTANT, None, None),
+        ("local circuits, backoff 30..300 s", BACKOFF, None, None),
+        ("coordinated, constant 30 s wait (protocol 1)", CONSTANT, 1, None),
+        ("coordinated, backoff 30..300 s (protocol 2)", BACKOFF, 2, None),
+        ("coordinated, the defaults (shared cap 30 s)", BACKOFF, 2, 30.0),
     ]
-    for name, escalation, protocol in setups:
+    for name, escalation, protocol, cap in setups:
         for n in (1, 50):
             run: Callable[[], tuple[int, int]] = functools.partial(
                 trio.run,
@@ -137,6 +144,7 @@ def probe_rates() -> None:
                 n,
                 escalation,
                 protocol,
+                cap,
                 clock=trio.testing.MockClock(autojump_threshold=0),
             )
             probes, calls = run()
@@ -167,7 +175,10 @@ async def operations_per_change(server: RedisServer, instances: int) -> list[tup
                 circuit=circuit,
                 clock=clock,
                 seed=seed,
-                coordination=poise.Coordination(storage, sync_interval=HOUR),
+                # full reads (2 commands: the sequence, then every record) are section 4's business
+                coordination=poise.Coordination(
+                    storage, sync_interval=HOUR, max_open_wait=None, full_poll_interval=HOUR
+                ),
             )
             await stack.enter_async_context(lb)
             lbs.append(lb)
@@ -200,9 +211,10 @@ async def operations_per_change(server: RedisServer, instances: int) -> list[tup
         def elapse() -> None:
             clock.advance(30.0)
             rewind(server, namespace, 30.0)
+            _probes(lbs[0])  # one instance has traffic: its refused call is the demand a lease follows
 
         await phase("OPEN -> HALF_OPEN (begin + leases)", elapse)
-        probes = [p for lb in lbs for p in _probes(lb)]
+        probes = _probes(lbs[0])
         assert len(probes) == 1, probes
 
         def fail_probes() -> None:
@@ -212,11 +224,12 @@ async def operations_per_change(server: RedisServer, instances: int) -> list[tup
         await phase("HALF_OPEN -> OPEN (probe fails)", fail_probes)
         clock.advance(60.0)
         rewind(server, namespace, 60.0)
+        _probes(lbs[0])
         for lb in lbs:
             coordinator = lb._coordinator
             assert coordinator is not None
             await coordinator.sync(poll=True)
-        probes = [p for lb in lbs for p in _probes(lb)]
+        probes = _probes(lbs[0])
         assert len(probes) == 1, probes
 
         def pass_probes() -> None:
@@ -249,19 +262,88 @@ async def redis_operations(server: RedisServer) -> None:
         print(f"{name:<44}{a:>12}{b:>14}")
 
 
+# -- 4. Redis work per poll ---------------------------------------------------------------
+
+
+def server_work(server: RedisServer) -> tuple[int, int]:
+    """(script calls, keys looked up) served so far."""
+    info = server.command("INFO", "stats")
+    assert isinstance(info, bytes)
+    stats = dict(line.split(":", 1) for line in info.decode().splitlines() if ":" in line)
+    return redis_commands(server), int(stats["keyspace_hits"]) + int(stats["keyspace_misses"])
+
+
+async def per_poll(server: RedisServer, size: int, protocol: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """One balancer over ``size`` endpoints polls twice: nothing changed, then one change."""
+    namespace = f"bench-poll-{size}-{protocol}"
+    clock = FakeClock()
+    circuit = poise.CircuitPolicy(consecutive_failures=1, minimum_volume=1, max_ejection_percent=1.0)
+    async with contextlib.AsyncExitStack() as stack:
+        lbs = []
+        for seed in range(2):
+            client: coredis.Redis[bytes] = coredis.Redis(host="127.0.0.1", port=server.port)
+            await stack.enter_async_context(client)
+            lb = poise.LoadBalancer(
+                endpoints(size),
+                circuit=circuit,
+                clock=clock,
+                seed=seed,
+                coordination=poise.Coordination(
+                    poise.RedisStorage(client, namespace=namespace, protocol_version=protocol), sync_interval=HOUR
+                ),
+            )
+            await stack.enter_async_context(lb)
+            lbs.append(lb)
+        reader, writer = lbs
+        for lb in lbs:
+            coordinator = lb._coordinator
+            assert coordinator is not None
+            await coordinator.sync(poll=True)
+        polling = reader._coordinator
+        assert polling is not None
+
+        async def measured() -> tuple[int, int]:
+            before = server_work(server)
+            await polling.sync(poll=True)
+            after = server_work(server)
+            return after[0] - before[0], after[1] - before[1]
+
+        idle = await measured()
+        writer.acquire(exclude=[f"e{i}" for i in range(1, size)]).fail(poise.Fault.SUSPECT)
+        coordinator = writer._coordinator
+        assert coordinator is not None
+        await coordinator.sync()  # publishes the trip of e0
+        changed = await measured()
+        assert reader.snapshot()["e0"].state is poise.CircuitState.OPEN
+    return idle, changed
+
+
+async def poll_costs(server: RedisServer) -> None:
+    print()
+    print("4. Redis work per poll of one balancer (script calls / keys looked up), counted by the server")
+    print(f"{'protocol':<34}{'endpoints':>10}{'nothing changed':>18}{'one change':>14}")
+    for protocol, name in ((2, "2 (every poll reads every record)"), (3, "3 (change log)")):
+        for size in (10, 10_000):
+            (c0, k0), (c1, k1) = await per_poll(server, size, protocol)
+            print(f"{name:<34}{size:>10}{f'{c0} / {k0}':>18}{f'{c1} / {k1}':>14}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=100_000)
     parser.add_argument("--skip-rates", action="store_true", help="skip the simulated hour (about a minute)")
+    parser.add_argument("--polls-only", action="store_true", help="only section 4, the work per poll")
     args = parser.parse_args()
     logging.getLogger("poise_py").setLevel(logging.CRITICAL)  # the dead dependency is the point: no alerts
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(Path(tmp))
         server.start()
         try:
-            trio.run(hot_path, server, args.iterations)
-            if not args.skip_rates:
-                probe_rates()
-            trio.run(redis_operations, server)
+            if not args.polls_only:
+                trio.run(hot_path, server, args.iterations)
+                if not args.skip_rates:
+                    probe_rates()
+                trio.run(redis_operations, server)
+            trio.run(poll_costs, server)
         finally:
             server.stop()

@@ -19,6 +19,7 @@ from ._coordination._config import CoordinationChange as CoordinationChange
 from ._coordination._config import CoordinationStatistics as CoordinationStatistics
 from ._coordination._memory import InMemoryStorage as InMemoryStorage
 from ._coordination._protocol import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ._coordination._protocol import Changes as Changes
 from ._coordination._protocol import OpenWait as OpenWait
 from ._coordination._protocol import ProbeReport as ProbeReport
 from ._coordination._protocol import Reply as Reply

@@ -334,6 +334,8 @@ class LoadBalancer:
         try:
             selected = self._pool.select(self._clock, key, exclude)
         except SelectionError as exc:
+            if self._coordinator is not None:
+                self._coordinator.refused(self._clock())  # demand: a waiting half-open round leases
             if isinstance(exc, NoEligibleEndpoints):
                 readiness = self._membership.readiness_error()
                 if readiness is not None:
@@ -743,8 +745,8 @@ class LoadBalancer:
             if wakeup.is_set():
                 self._timer_wakeup = anyio.Event()
 
-    def _coordination_fallback(self, at: float, error: BaseException) -> None:
-        self._telemetry.emit(CoordinationFallback(at=at, endpoint_id=None, error=error))
+    def _coordination_fallback(self, at: float, error: BaseException, endpoint_id: str | None, storage: str) -> None:
+        self._telemetry.emit(CoordinationFallback(at=at, endpoint_id=endpoint_id, error=error, storage=storage))
 
     def _on_transition(self, state: EndpointState, transition: Transition) -> None:
         if transition.reopen_at is not None and self._timer_wakeup is not None:

@@ -244,9 +244,14 @@ class CoordinationFallback(BalancerEvent):
     No call fails because of it; this says the fleet is not sharing state meanwhile.
 
     Attributes:
-        endpoint_id: the endpoint whose shared circuit was unreachable, or None.
-        error: what the storage raised.
+        endpoint_id: None when the storage is unreachable (every endpoint falls back);
+            an endpoint's id when only its shared record is unusable (a key of another
+            type, an unknown state, a field that is not a number: ``error`` says which
+            key and what), reported once until the record is usable again.
+        error: what the storage raised, or what is wrong with the record.
+        storage: the storage, as its ``repr`` names it.
     """
 
     endpoint_id: str | None
     error: BaseException = attrs.field(eq=False, hash=False)
+    storage: str = ""

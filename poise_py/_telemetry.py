@@ -356,13 +356,23 @@ class Telemetry:
                     "poise_py: endpoints eligible again after %.3g s",
                     event.at - event.since,
                 )
+            case CoordinationFallback(endpoint_id=None):
+                log(
+                    level,
+                    (None, "coordination"),
+                    event.at,
+                    "poise_py: coordination storage %s unreachable, every endpoint uses its local circuit: %s",
+                    event.storage or "?",
+                    event.error,
+                )
             case CoordinationFallback():
                 log(
                     level,
                     (event.endpoint_id, "coordination"),
                     event.at,
-                    "poise_py: coordination unreachable for %r, using the local circuit: %s",
+                    "poise_py: shared record of endpoint %r in %s unusable, it uses its local circuit: %s",
                     event.endpoint_id,
+                    event.storage or "?",
                     event.error,
                 )
             case EndpointDegraded():

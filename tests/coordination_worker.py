@@ -28,7 +28,7 @@ async def main(port: int, namespace: str, seed: int, permitted: int) -> None:
         escalation=poise.Escalation(base=30.0, maximum=300.0, jitter=0.0),
     )
     storage = poise.RedisStorage(client, namespace=namespace)
-    coordination = poise.Coordination(storage, sync_interval=3600.0, timeout=10.0)
+    coordination = poise.Coordination(storage, sync_interval=3600.0, timeout=10.0, max_open_wait=None)
     lb = poise.LoadBalancer(
         poise.StaticDiscovery([poise.Endpoint("a")]), circuit=circuit, seed=seed, coordination=coordination
     )

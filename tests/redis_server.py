@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -52,6 +54,20 @@ def free_port() -> int:
         return port
 
 
+def cluster_port() -> int:
+    """A free loopback port for a cluster node: at most 55535, its bus port (+10000) free too."""
+    for _ in range(200):
+        port = random.randint(20_000, 55_000)
+        try:
+            for p in (port, port + 10_000):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RedisServerError("no free port pair for a Redis cluster node")
+
+
 def _encode(*args: str | bytes) -> bytes:
     out = [f"*{len(args)}\r\n".encode()]
     for a in args:
@@ -85,10 +101,11 @@ def _read_reply(reader: BinaryIO) -> object:
 class RedisServer:
     """One ``redis-server`` on a loopback port: no persistence, its files in ``directory``."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, extra: Sequence[str] = ()) -> None:
         self.binary = redis_server_binary()
         self.directory = directory
         self.port = port or free_port()
+        self.extra = list(extra)
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -117,6 +134,7 @@ class RedisServer:
             str(self.directory / "redis.log"),
             "--daemonize",
             "no",
+            *self.extra,
         ]
         self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
         deadline = time.monotonic() + 15.0
@@ -156,3 +174,104 @@ class RedisServer:
             if line.startswith(prefix):
                 return int(line[len(prefix) :].split(",", 1)[0])
         return 0
+
+
+class RedisCluster:
+    """A Redis Cluster of real ``redis-server`` processes on loopback: ``masters`` masters, each
+    with ``replicas`` replicas, built with ``redis-cli --cluster create``."""
+
+    def __init__(self, directory: Path, *, masters: int = 3, replicas: int = 1) -> None:
+        self.directory = directory
+        self.replicas = replicas
+        self.nodes = [
+            RedisServer(
+                directory / f"node{i}",
+                port=cluster_port(),
+                extra=[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    str(directory / f"node{i}" / "nodes.conf"),
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--cluster-replica-validity-factor",
+                    "0",
+                ],
+            )
+            for i in range(masters * (1 + replicas))
+        ]
+
+    def start(self) -> None:
+        """Start every node, create the cluster, and wait until every node says it is ok."""
+        for node in self.nodes:
+            node.start()
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RedisServerError("redis-cli is missing (Debian's redis-tools, installed with redis-server)")
+        args = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes)]
+        args += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
+        done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=60)  # noqa: S603
+        if done.returncode != 0:
+            raise RedisServerError(f"redis-cli --cluster create failed: {done.stdout[-1000:]} {done.stderr[-1000:]}")
+        self.wait_ok()
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Wait until every running node reports ``cluster_state:ok`` and agrees on the masters."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = []
+            for node in self.nodes:
+                if node.running:
+                    with contextlib.suppress(OSError, RuntimeError, ConnectionError):
+                        info = node.command("CLUSTER", "INFO")
+                        states.append(isinstance(info, bytes) and b"cluster_state:ok" in info)
+                        continue
+                    states.append(False)
+            if states and all(states):
+                return
+            if time.monotonic() > deadline:
+                raise RedisServerError("the Redis cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+
+    def master_of(self, key: str) -> RedisServer:
+        """The running node that serves ``key``'s slot as a master."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            with contextlib.suppress(RuntimeError, OSError, ConnectionError):
+                role = node.command("ROLE")
+                if isinstance(role, list) and role[0] == b"master":
+                    slot = node.command("CLUSTER", "KEYSLOT", key)
+                    assert isinstance(slot, int)
+                    count = node.command("CLUSTER", "COUNTKEYSINSLOT", str(slot))
+                    if isinstance(count, int) and _serves(node, slot):
+                        return node
+        raise RedisServerError(f"no running master serves {key!r}")
+
+    @property
+    def masters(self) -> list[RedisServer]:
+        """The running nodes that are masters now."""
+        out = []
+        for node in self.nodes:
+            if node.running:
+                with contextlib.suppress(RuntimeError, OSError, ConnectionError):
+                    role = node.command("ROLE")
+                    if isinstance(role, list) and role[0] == b"master":
+                        out.append(node)
+        return out
+
+    def stop(self) -> None:
+        """Stop every node."""
+        for node in self.nodes:
+            node.stop()
+
+
+def _serves(node: RedisServer, slot: int) -> bool:
+    """Whether ``node`` serves ``slot`` itself (CLUSTER SLOTS, read from that node)."""
+    slots = node.command("CLUSTER", "SLOTS")
+    assert isinstance(slots, list)
+    for entry in slots:
+        low, high, master = entry[0], entry[1], entry[2]
+        if low <= slot <= high:
+            return bool(master[1] == node.port)
+    return False

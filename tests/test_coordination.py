@@ -29,17 +29,27 @@ async def fail(lb: poise.LoadBalancer, *, exclude: tuple[str, ...] = ()) -> str:
     return permit.endpoint.id
 
 
-def grab_probes(lbs: list[poise.LoadBalancer]) -> list[poise.Permit]:
-    """Every probe permit the balancers will hand out right now (held, not reported)."""
+async def grab_probes(fleet: Fleet, lbs: list[poise.LoadBalancer], *, each: int | None = None) -> list[poise.Permit]:
+    """Every probe permit the balancers get when they ask (held, not reported), ``each`` at most per balancer.
+
+    Leases follow demand: a refused acquire is demand, and the sync after it leases a slot
+    for it, which the next acquire takes.
+    """
     probes: list[poise.Permit] = []
     for lb in lbs:
-        while True:
+        mine = 0
+        while each is None or mine < each:
             try:
                 permit = lb.acquire()
             except poise.NoEligibleEndpoints:
-                break
+                before = stats(lb).leases
+                await fleet.sync(lb)
+                if stats(lb).leases == before:
+                    break
+                continue
             assert permit.probe, "a closed permit while the fleet is half-open"
             probes.append(permit)
+            mine += 1
     return probes
 
 
@@ -126,9 +136,9 @@ async def test_exactly_permitted_probes_go_out_fleet_wide_per_round(fleet: Fleet
             await fleet.advance(300.0)
             for _ in range(permitted):  # each sync leases at most one spare slot per balancer
                 await fleet.sync(*lbs)
-            probes = grab_probes(lbs)
+            probes = await grab_probes(fleet, lbs)
             await fleet.sync(*lbs)  # balancers whose slots are all in flight ask again: nothing left
-            probes += grab_probes(lbs)
+            probes += await grab_probes(fleet, lbs)
             assert len(probes) == permitted, f"round {round_}"
             record = await fleet.record()
             assert record.probes_remaining == 0
@@ -148,7 +158,7 @@ async def test_failed_rounds_grow_the_shared_wait_and_a_passing_probe_resets_the
         for expected_rounds, expected_wait in [(1, 60.0), (2, 120.0), (3, 240.0), (4, 300.0), (5, 300.0)]:
             await fleet.advance(wait)
             await fleet.sync(*lbs)
-            (probe,) = grab_probes(lbs)
+            (probe,) = await grab_probes(fleet, lbs)
             probe.fail(Fault.SUSPECT)
             await fleet.sync(*lbs)
             record = await fleet.record()
@@ -161,7 +171,7 @@ async def test_failed_rounds_grow_the_shared_wait_and_a_passing_probe_resets_the
             assert all(lb.snapshot()["a"].escalation_level == expected_rounds + 1 for lb in lbs)
         await fleet.advance(wait)
         await fleet.sync(*lbs)
-        (probe,) = grab_probes(lbs)
+        (probe,) = await grab_probes(fleet, lbs)
         probe.succeed()
         await fleet.sync(*lbs)
         record = await fleet.record()
@@ -199,9 +209,9 @@ async def test_probe_successes_are_counted_fleet_wide_before_the_circuit_closes(
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        probes = grab_probes(lbs)
+        probes = await grab_probes(fleet, lbs, each=1)
         assert len(probes) == 2
-        assert {p._lb for p in probes} == set(lbs)  # one lease each: spread across the fleet
+        assert {p._lb for p in probes} == set(lbs)  # one lease each: both had demand
         probes[0].succeed()
         await fleet.sync(*lbs)
         record = await fleet.record()
@@ -227,7 +237,7 @@ async def test_a_failed_probe_of_a_round_already_closed_is_stale(fleet: Fleet) -
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        first, second = grab_probes(lbs)
+        first, second = await grab_probes(fleet, lbs, each=1)
         first.succeed()
         await fleet.sync(first._lb)
         assert (await fleet.record()).state is CircuitState.CLOSED
@@ -250,13 +260,13 @@ async def test_a_round_whose_lease_holder_vanished_lapses_and_starts_afresh(flee
         assert reply.applied
         assert (await phantom.lease_probe("a", expected_version=reply.state.version)).applied
         await fleet.sync(lb)
-        assert grab_probes([lb]) == []
+        assert await grab_probes(fleet, [lb]) == []
         await fleet.advance(10.0)
         await fleet.sync(lb)
         record = await fleet.record()
         assert record.state is CircuitState.HALF_OPEN
         assert record.version == reply.state.version + 1
-        probes = grab_probes([lb])
+        probes = await grab_probes(fleet, [lb])
         assert len(probes) == 1
         probes[0].cancel()  # a permit is reported, never just dropped
 
@@ -268,12 +278,14 @@ async def test_leases_a_balancer_did_not_use_are_given_back_when_it_stops(fleet:
         await fleet.sync(stays)
         await fleet.advance(30.0)
         async with await fleet.build(seed=1) as leaves:
+            with pytest.raises(poise.NoEligibleEndpoints):
+                leaves.acquire()  # demand: the sync leases a slot this balancer then never uses
             await fleet.sync(leaves)
             assert stats(leaves).leases == 1
             assert (await fleet.record()).probes_remaining == 0
         assert (await fleet.record()).probes_remaining == 1  # it stopped holding an unused lease
         await fleet.sync(stays)
-        probes = grab_probes([stays])
+        probes = await grab_probes(fleet, [stays])
         assert len(probes) == 1
         probes[0].cancel()  # a permit is reported, never just dropped
 
@@ -328,7 +340,7 @@ async def test_a_passing_active_check_exempts_a_balancer_from_the_shared_episode
         await fleet.advance(30.0)
         await fleet.sync(tripper, checked)
         assert state_of(checked) is CircuitState.CLOSED  # still sitting the episode out
-        (probe,) = grab_probes([tripper])
+        (probe,) = await grab_probes(fleet, [tripper])
         probe.succeed()
         await fleet.sync(tripper, checked)
         await fail(tripper)  # a new episode: the exemption is over
@@ -346,16 +358,16 @@ async def test_protocol_1_and_protocol_2_balancers_share_a_fleet_predictably(fle
     )
     async with fleet:
         old = await fleet.balancer(circuit=constant, protocol_version=1)
-        new = await fleet.balancer(seed=1)
+        new = await fleet.balancer(seed=1, protocol_version=2)
         await fail(new)
         await fleet.sync(new, old)
         assert state_of(old) is CircuitState.OPEN
 
         async def round_failed_by(lb: poise.LoadBalancer, wait: float) -> poise.SharedState:
             await fleet.advance(wait)
-            await fleet.sync(lb)  # this one begins the round and takes the lease
+            await fleet.sync(lb)  # this one begins the round
             await fleet.sync(old if lb is new else new)
-            (probe,) = grab_probes([old, new])
+            (probe,) = await grab_probes(fleet, [lb, old if lb is new else new])  # and has demand first
             assert probe._lb is lb
             probe.fail(Fault.SUSPECT)
             await fleet.sync(lb)

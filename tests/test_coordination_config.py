@@ -11,9 +11,13 @@ ESCALATING = poise.Escalation(base=30.0, maximum=300.0)
 CONSTANT = poise.Escalation(base=30.0, maximum=30.0)
 
 
-def build(circuit: poise.CircuitPolicy, storage: poise.Storage) -> poise.LoadBalancer:
+def build(
+    circuit: poise.CircuitPolicy, storage: poise.Storage, *, max_open_wait: float | None = None
+) -> poise.LoadBalancer:
     return poise.LoadBalancer(
-        poise.StaticDiscovery(endpoints("a")), circuit=circuit, coordination=poise.Coordination(storage)
+        poise.StaticDiscovery(endpoints("a")),
+        circuit=circuit,
+        coordination=poise.Coordination(storage, max_open_wait=max_open_wait),
     )
 
 
@@ -22,6 +26,19 @@ def test_a_protocol_1_storage_refuses_an_escalating_open_wait() -> None:
         build(poise.CircuitPolicy(escalation=ESCALATING), poise.InMemoryStorage(protocol_version=1))
     assert info.value.knob == "CircuitPolicy.escalation"
     assert "protocol 1" in str(info.value)
+
+
+def test_the_default_cap_makes_the_shared_wait_constant_at_the_default_base() -> None:
+    coordination = poise.Coordination()
+    assert coordination.max_open_wait == 30.0
+    shared = coordination.shared_escalation(poise.Escalation())
+    assert (shared.base, shared.maximum) == (30.0, 30.0)
+    assert poise.Coordination(max_open_wait=120.0).shared_escalation(ESCALATING).maximum == 120.0
+    assert poise.Coordination(max_open_wait=None).shared_escalation(ESCALATING) == ESCALATING
+    small = poise.Coordination(max_open_wait=10.0).shared_escalation(ESCALATING)
+    assert (small.base, small.maximum) == (10.0, 10.0)
+    # a constant shared wait is what protocol 1 keeps: the default cap lets it run beside
+    build(poise.CircuitPolicy(escalation=ESCALATING), poise.InMemoryStorage(protocol_version=1), max_open_wait=30.0)
 
 
 def test_a_protocol_1_storage_accepts_a_constant_open_wait_and_protocol_2_accepts_both() -> None:
@@ -67,6 +84,8 @@ def test_coordination_validates_its_knobs() -> None:
         ({"timeout": -1}, "Coordination.timeout"),
         ({"probe_lease": float("inf")}, "Coordination.probe_lease"),
         ({"on_change": 3}, "Coordination.on_change"),
+        ({"max_open_wait": 0}, "Coordination.max_open_wait"),
+        ({"max_open_wait": float("nan")}, "Coordination.max_open_wait"),
     ]:
         with pytest.raises(poise.ConfigError) as info:
             poise.Coordination(poise.InMemoryStorage(), **kwargs)  # type: ignore[arg-type]

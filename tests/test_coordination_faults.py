@@ -47,7 +47,9 @@ async def test_a_dead_storage_falls_back_to_local_circuits_and_no_call_fails(
         assert not s.connected
         assert s.fallbacks == 1
         assert s.failures >= 1
-        warnings = [r for r in caplog.records if "coordination unreachable" in r.getMessage()]
+        warnings = [
+            r for r in caplog.records if "coordination storage" in r.getMessage() and "unreachable" in r.getMessage()
+        ]
         assert len(warnings) == 1, "one log line per outage, not one per failed call"
         fallbacks = [e for e in drain(events) if isinstance(e, poise.CoordinationFallback)]
         assert len(fallbacks) == 1
@@ -87,7 +89,7 @@ async def test_a_storage_that_comes_back_is_resynchronised_and_told_what_happene
         assert state_of(lbs[1]) is CircuitState.OPEN
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        probes = grab_probes(lbs)
+        probes = await grab_probes(fleet, lbs)
         assert len(probes) == 1, "leased again: one probe fleet-wide"
         probes[0].cancel()  # a permit is reported, never just dropped
 
@@ -100,7 +102,7 @@ async def test_a_storage_that_lost_its_keys_recovers_to_closed_without_errors(fa
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        (probe,) = grab_probes(lbs)  # a round in progress, a lease held
+        (probe,) = await grab_probes(fleet, lbs)  # a round in progress, a lease held
         await fleet.flush()
         await fleet.sync(*lbs)
         assert all(state_of(lb) is CircuitState.CLOSED for lb in lbs)
@@ -130,3 +132,72 @@ async def test_a_storage_slower_than_the_timeout_is_treated_as_down(faulty_fleet
         await fleet.sync(lb)
         assert stats(lb).connected
         assert (await fleet.record()).state is CircuitState.OPEN
+
+
+POISONS = ["wrong type", "unknown state", "non-numeric version"]
+
+
+@pytest.mark.parametrize("how", POISONS)
+async def test_a_poisoned_record_affects_only_its_endpoint_once_and_the_next_write_repairs_it(
+    fleet: Fleet, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with fleet:
+        tripper, lb = await fleet.balancers(2, "a", "b")
+        events = lb.events()
+        await fleet.sync(tripper, lb)
+        await fleet.poison("a", how)
+        # a write outside the protocol is in no change log: the next full read finds it
+        await fleet.advance(31.0)
+        caplog.clear()
+        await fleet.sync(lb)
+        await fleet.sync(lb)  # a second poll of the same bad record reports nothing new
+        s = stats(lb)
+        assert s.connected
+        assert s.poisoned == 1
+        assert s.failures == 0
+        fallbacks = [e for e in drain(events) if isinstance(e, poise.CoordinationFallback)]
+        assert len(fallbacks) == 1
+        assert fallbacks[0].endpoint_id == "a"
+        assert "a" in str(fallbacks[0].error)
+        assert fallbacks[0].storage
+        if fleet.kind != "memory":
+            assert ":circuit:a" in str(fallbacks[0].error)
+            assert {"wrong type": "not a hash", "unknown state": "ajar", "non-numeric version": "seven"}[how] in str(
+                fallbacks[0].error
+            )
+        lines = [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
+        assert len(lines) == 1
+        assert "None" not in lines[0]
+        # the other endpoint stays coordinated
+        await fail(tripper, exclude=("a",))
+        await fleet.sync(tripper, lb)
+        assert state_of(lb, "b") is CircuitState.OPEN
+        # the poisoned one decides locally: its trip is the next write, which repairs the record
+        await fail(lb, exclude=("b",))
+        assert state_of(lb, "a") is CircuitState.OPEN
+        await fleet.sync(lb)
+        record = await fleet.record("a")
+        assert record.problem is None
+        assert record.state is CircuitState.OPEN
+        assert record.version == 1
+        await fleet.sync(tripper)
+        assert state_of(tripper, "a") is CircuitState.OPEN, "the repaired record is shared again"
+        assert stats(lb).poisoned == 1
+
+
+async def test_the_fallback_log_names_the_storage_and_the_error(
+    faulty_fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    fleet = faulty_fleet
+    async with fleet:
+        lb = await fleet.balancer()
+        await fleet.sync(lb)
+        await fleet.kill()
+        caplog.clear()
+        await fleet.sync(lb)
+        (line,) = [r.getMessage() for r in caplog.records if "coordination" in r.getMessage()]
+        assert "for None" not in line
+        assert ("InMemoryStorage(" if fleet.kind == "memory" else "RedisStorage(namespace=") in line
+        assert "unreachable" in line
+        await fleet.restart()
+        caplog.clear()  # its records hold the error, and so coredis's leaked streams (see COREDIS_LEAK)

@@ -149,7 +149,7 @@ async def test_a_round_past_its_lease_gives_no_lease_and_may_begin_again(fleet: 
 
 async def test_protocol_1_neither_counts_nor_resets_and_protocol_2_distrusts_its_count(fleet: Fleet) -> None:
     async with fleet:
-        new, old = await fleet.storage(), await fleet.storage(protocol_version=1)
+        new, old = await fleet.storage(protocol_version=2), await fleet.storage(protocol_version=1)
         round_ = await open_round(new, fleet)
         tripped = (await new.trip_open("a", expected_version=round_.version, wait=WAIT)).state
         assert (tripped.failed_rounds, tripped.protocol_version) == (1, 2)
@@ -181,7 +181,7 @@ async def test_a_retry_after_floor_holds_after_jitter(fleet: Fleet) -> None:
 def test_storages_refuse_a_protocol_they_do_not_speak(kind: str, redis_server: RedisServer) -> None:
     with pytest.raises(poise.ConfigError) as info:
         if kind == "memory":
-            poise.InMemoryStorage(protocol_version=3)
+            poise.InMemoryStorage(protocol_version=4)
         else:
             poise.RedisStorage(coredis.Redis(port=redis_server.port), protocol_version=0)
     assert info.value.knob.endswith("protocol_version")
@@ -212,6 +212,36 @@ def test_keys_share_the_namespace_hash_tag_so_a_cluster_keeps_them_in_one_slot()
 def test_importing_poise_py_does_not_import_coredis() -> None:
     code = "import sys, poise_py; assert 'coredis' not in sys.modules, 'coredis imported'"
     subprocess.run([sys.executable, "-c", code], check=True)  # noqa: S603
+    code = "import sys, poise_py; assert 'redis' not in sys.modules, 'redis-py imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)  # noqa: S603
+
+
+def test_a_redis_py_client_runs_on_asyncio_and_says_plainly_that_trio_is_not_supported(
+    redis_server: RedisServer,
+) -> None:
+    import redis
+    import redis.asyncio
+
+    client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
+    storage = poise.RedisStorage(client, namespace="redis-py-backends")  # outside any event loop: fine
+
+    async def on_trio() -> None:
+        with pytest.raises(poise.ConfigError) as info:
+            poise.RedisStorage(client)
+        assert info.value.knob == "RedisStorage.client"
+        assert "asyncio only" in str(info.value)
+        with pytest.raises(poise.CoordinationError, match="asyncio only"):
+            await storage.read(["a"])
+
+    async def on_asyncio() -> None:
+        assert (await storage.read(["a"]))[0].version == 0
+        await client.aclose()
+
+    anyio.run(on_trio, backend="trio")
+    anyio.run(on_asyncio, backend="asyncio")
+    with pytest.raises(poise.ConfigError) as info:
+        poise.RedisStorage(redis.Redis())  # the synchronous client
+    assert "redis.asyncio" in str(info.value)
 
 
 # -- the Lua arithmetic is the core's, clamp included ---------------------------------
@@ -296,3 +326,36 @@ async def test_redis_refuses_a_wait_no_escalation_could_produce(anyio_backend: A
             await storage._run("trip_open", [storage.key("a")], ["0", *bad])
         with pytest.raises(poise.CoordinationError):
             await storage.begin_half_open_if_elapsed("a", expected_version=0, permitted=0, lease=1.0)
+
+
+# -- protocol 3: the change log ---------------------------------------------------------
+
+
+async def test_the_change_log_answers_nothing_when_idle_and_exactly_the_records_written_since(fleet: Fleet) -> None:
+    async with fleet:
+        s = await fleet.storage()
+        changes = s.changes  # type: ignore[attr-defined]
+        start = (await changes(-1)).sequence
+        assert (await changes(start)).states == {}
+        tripped = await s.trip_open("a", expected_version=0, wait=WAIT)
+        await s.trip_open("b", expected_version=0, wait=WAIT)
+        answer = await changes(start)
+        assert answer.sequence == start + 2
+        assert answer.states is not None
+        assert set(answer.states) == {"a", "b"}
+        assert answer.states["a"].version == tripped.state.version
+        assert (await changes(answer.sequence)).states == {}
+        assert (await changes(start, limit=1)).states is None  # too many: read everything
+        await fleet.flush()
+        assert (await changes(answer.sequence)).states is None  # the counter went backwards
+
+
+async def test_a_protocol_2_writer_keeps_no_change_log(fleet: Fleet) -> None:
+    async with fleet:
+        new, old = await fleet.storage(), await fleet.storage(protocol_version=2)
+        start = (await new.changes(-1)).sequence  # type: ignore[attr-defined]
+        await old.trip_open("a", expected_version=0, wait=WAIT)
+        assert (await new.changes(start)).states == {}  # type: ignore[attr-defined]
+        assert (await new.read(["a"]))[0].state is CircuitState.OPEN  # a full read sees it
+        with pytest.raises(poise.CoordinationError, match="protocol 3"):
+            await old.changes(start)  # type: ignore[attr-defined]

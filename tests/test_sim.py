@@ -134,7 +134,7 @@ def test_seed_002_coordinated_backoff_probes_a_dead_dependency_far_less() -> Non
     local = by_name["poise_py default"]
     coordinated = by_name["poise_py coordinated"]
     constant = by_name["constant-window breaker"]
-    assert coordinated.probes_to_dead * 10 < local.probes_to_dead
+    assert coordinated.probes_to_dead * 5 < local.probes_to_dead  # one probe per 30 s fleet-wide
     assert local.probes_to_dead * 5 < constant.probes_to_dead
     assert all(r.spurious_ejections == 0 for r in report.results)
 

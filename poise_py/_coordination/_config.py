@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import attrs
 
+from .._core._ejection import Escalation
 from .._core._policy import CircuitPolicy
 from .._endpoint import check_duration
 from .._errors import ConfigError
@@ -45,6 +46,10 @@ class CoordinationStatistics:
         published: local trips the storage accepted.
         adopted: shared state changes mirrored into a local circuit.
         leases: probe leases this balancer obtained.
+        released: leases it handed back unused (held ``sync_interval`` without a call, a
+            cancelled probe's, or the endpoint's status excludes it here).
+        poisoned: shared records found unusable (once per record per episode); each
+            such endpoint decided locally until its record was usable again.
         declined: shared ejections not mirrored because ``max_ejection_percent`` of this
             balancer's pool was already ejected.
     """
@@ -59,6 +64,8 @@ class CoordinationStatistics:
     adopted: int
     leases: int
     declined: int
+    released: int = 0
+    poisoned: int = 0
 
 
 def _check_storage(instance: Coordination, attribute: attrs.Attribute[Storage], value: Storage) -> None:
@@ -76,6 +83,11 @@ def _check_storage(instance: Coordination, attribute: attrs.Attribute[Storage], 
 
 def _check_duration(instance: Coordination, attribute: attrs.Attribute[float], value: float) -> None:
     check_duration(f"Coordination.{attribute.name}", value)
+
+
+def _check_cap(instance: Coordination, attribute: object, value: float | None) -> None:
+    if value is not None:
+        check_duration("Coordination.max_open_wait", value)
 
 
 def _check_hook(
@@ -106,6 +118,18 @@ class Coordination:
         timeout: seconds one storage operation may take before the balancer falls back.
         probe_lease: seconds a half-open round's leases stay valid: a round whose probes
             did not report by then (an instance died holding one) starts afresh.
+        max_open_wait: caps the shared open wait (default 30 s; None: the circuit
+            policy's ``Escalation.maximum``). A shared round sends ``permitted_probes``
+            probes to the endpoint for the whole fleet, where local circuits send that
+            many per instance, so the long local maximum, which spares a dead endpoint
+            the whole fleet's probes, is not needed for that; and every second of open
+            wait is up to a second of readmission delay after the endpoint recovers. A
+            server's Retry-After still floors the wait. See ``docs/coordination.md``.
+        full_poll_interval: with a storage speaking protocol 3, a poll reads only the
+            records written since the last one (one command and no record when nothing
+            changed); every ``full_poll_interval`` seconds a poll reads every record
+            instead, which catches what the change log cannot show (an expired record,
+            a write by an instance speaking an older protocol).
         on_change: called with a :class:`CoordinationChange` when the storage is lost or
             regained; must not block.
     """
@@ -114,9 +138,18 @@ class Coordination:
     sync_interval: float = attrs.field(default=1.0, kw_only=True, validator=_check_duration)
     timeout: float = attrs.field(default=0.5, kw_only=True, validator=_check_duration)
     probe_lease: float = attrs.field(default=30.0, kw_only=True, validator=_check_duration)
+    max_open_wait: float | None = attrs.field(default=30.0, kw_only=True, validator=_check_cap)
+    full_poll_interval: float = attrs.field(default=30.0, kw_only=True, validator=_check_duration)
     on_change: Callable[[CoordinationChange], None] | None = attrs.field(
         default=None, kw_only=True, validator=_check_hook
     )
+
+    def shared_escalation(self, escalation: Escalation) -> Escalation:
+        """The escalation a shared circuit's open wait follows: ``escalation`` capped at ``max_open_wait``."""
+        cap = self.max_open_wait
+        if cap is None or escalation.maximum <= cap:
+            return escalation
+        return attrs.evolve(escalation, base=min(escalation.base, cap), maximum=cap)
 
     def check(self, policy: CircuitPolicy) -> None:
         """Refuse a circuit policy the storage cannot honour, instead of degrading silently.
@@ -127,7 +160,7 @@ class Coordination:
                 shared circuit does not do (see ``docs/coordination.md``).
         """
         version = self.storage.protocol_version
-        esc = policy.escalation
+        esc = self.shared_escalation(policy.escalation)
         if esc.maximum > esc.base and version < BACKOFF_PROTOCOL_VERSION:
             raise ConfigError(
                 "CircuitPolicy.escalation",

@@ -15,9 +15,18 @@ shared state again; BLOCKED and RETIRED are this instance's own verdicts and sta
 The hot path never waits for the storage. The pool calls :meth:`Coordinator.moved` and
 :meth:`Coordinator.probe_result` (two set insertions and an event) only when a circuit
 moves or a probe reports; one background task (:meth:`Coordinator.run`) does the I/O in
-:meth:`Coordinator.sync`, one operation at a time, each bounded by the timeout. Probe
-slots are leased ahead of need: when the shared state is HALF_OPEN and a mirrored circuit
-has no free slot, the task leases one and grants it, so ``acquire`` stays synchronous.
+:meth:`Coordinator.sync`, one operation at a time, each bounded by the timeout.
+
+Probe slots follow demand. When the shared state is HALF_OPEN, the task leases a slot for
+a mirrored circuit only if this balancer had demand since the round began (an acquire it
+refused since the shared deadline, or any call started since it first saw the round) and
+its own readiness, active health and operator status do not exclude the endpoint; the
+lease is granted to the circuit, so ``acquire`` stays synchronous and the next one takes
+it. A refused acquire wakes the task at once while a round waits for demand. A granted
+slot left unused for ``sync_interval`` goes back to the fleet (and only new demand leases
+again); so does a slot a cancelled probe freed, at once, and every free slot of an
+endpoint this balancer's status now excludes. Another instance with demand picks a
+handed-back slot up at its next poll, within one ``sync_interval``.
 
 Every await may let the circuit move; after each one the coordinator checks the epoch it
 started from, and if the circuit moved it stops and lets the next sync handle the news.
@@ -51,7 +60,7 @@ from .._core._pool import Pool
 from .._core._state import EndpointState, sat_add
 from .._errors import CoordinationError
 from ._config import Coordination, CoordinationChange, CoordinationStatistics
-from ._protocol import OpenWait, ProbeReport, Reply, SharedState
+from ._protocol import CHANGES_PROTOCOL_VERSION, Changes, OpenWait, ProbeReport, Reply, SharedState
 
 logger = logging.getLogger("poise_py")
 T = TypeVar("T")
@@ -82,6 +91,20 @@ class _Link:
     trip: Transition | None = None
     held: bool = False
     """A passing active check exempted this circuit from the shared episode until it closes."""
+    reopen: float | None = None
+    """The shared OPEN deadline, in this balancer's clock: when the next round begins."""
+    round: int = -1
+    """The shared version of the HALF_OPEN round the demand fields below belong to."""
+    refusals: int = 0
+    """The balancer's refused acquires already answered (a refusal after it is demand)."""
+    activity: int = 0
+    """This balancer's call count when it first saw the round (see ``Coordinator._activity``)."""
+    granted_at: float | None = None
+    """When the coordinator last granted this circuit a leased slot."""
+    release: bool = False
+    """A probe ended (or was cancelled): hand free slots back at the next settle."""
+    problem: str | None = None
+    """The shared record is unusable (what is wrong): this circuit decides locally meanwhile."""
 
 
 class Coordinator:
@@ -92,8 +115,9 @@ class Coordinator:
         pool: the balancer's pool.
         policy: the circuit policy (already checked by ``config.check``).
         rng: the balancer's seeded rng (jitter units for trips).
-        on_fallback: called once per outage with the time and the storage's error (the
-            balancer emits a ``CoordinationFallback`` event, which logs); None: log here.
+        on_fallback: called with the time, the error, the endpoint id (None: the whole
+            storage) and the storage's name, once per outage and once per unusable record
+            (the balancer emits a ``CoordinationFallback`` event, which logs); None: log here.
     """
 
     def __init__(
@@ -103,7 +127,7 @@ class Coordinator:
         policy: CircuitPolicy,
         rng: random.Random,
         *,
-        on_fallback: Callable[[float, BaseException], None] | None = None,
+        on_fallback: Callable[[float, BaseException, str | None, str], None] | None = None,
     ) -> None:
         self._config = config
         self._on_fallback = on_fallback
@@ -129,6 +153,17 @@ class Coordinator:
         self.adopted = 0
         self.leases = 0
         self.declined = 0
+        self.released = 0
+        self.poisoned = 0
+        changes = getattr(self._storage, "changes", None)
+        self._changes: Callable[[int], Awaitable[Changes]] | None = (
+            changes if self._storage.protocol_version >= CHANGES_PROTOCOL_VERSION and callable(changes) else None
+        )
+        self._sequence: int | None = None  # the change log's sequence at the last full read
+        self._next_full = 0.0
+        self._refused_at: float | None = None
+        self._refusals = 0
+        self._waiting = False  # a HALF_OPEN round waits for demand here: a refusal wakes the task
 
     # -- hooks from the pool (synchronous, cheap) ----------------------------------------
 
@@ -144,8 +179,17 @@ class Coordinator:
         self._mark(state)
 
     def probe_result(self, state: EndpointState) -> None:
-        """A probe reported without moving its circuit (a success to count fleet-wide)."""
+        """A probe reported without moving its circuit, or was cancelled: count it, free its slot."""
+        self._link(state).release = True
         self._mark(state)
+
+    def refused(self, now: float) -> None:
+        """An acquire found no eligible endpoint: demand, which a waiting round leases for."""
+        self._refused_at = now
+        self._refusals = sat_add(self._refusals)
+        if self._waiting:
+            self._waiting = False
+            self._poke()
 
     def members_changed(self) -> None:
         """Discovery changed the pool: read the newcomers' records soon."""
@@ -172,6 +216,8 @@ class Coordinator:
             adopted=self.adopted,
             leases=self.leases,
             declined=self.declined,
+            released=self.released,
+            poisoned=self.poisoned,
         )
 
     async def start(self, clock: Callable[[], float], *, backend_clock: bool) -> None:
@@ -259,13 +305,15 @@ class Coordinator:
                     raise
         if poll or self._new_members:
             await self._poll(everyone=poll)
-        if timers:
-            await self._due()
+        await self._due(timers=timers)
 
     async def _resync(self) -> None:
         members = list(self._pool.members.values())
+        sequence = await self._mark_sequence()
         views = await self._call(self._storage.read, [s.id for s in members])
         now = self._clock()
+        self._sequence = sequence
+        self._next_full = now + self._config.full_poll_interval
         self._next_poll = now + self._config.sync_interval
         self._new_members = False
         self._connected = True
@@ -276,42 +324,87 @@ class Coordinator:
         self._announced = False
         for state, view in zip(members, views, strict=True):
             if state.live:
-                self._pool.set_leased(state, True, now)
+                if view.problem is None:
+                    self._pool.set_leased(state, True, now)
                 self._receive(state, view, now)
         await self._step(poll=False)
+
+    async def _mark_sequence(self) -> int | None:
+        """Before a full read: the change log's sequence now, so the next poll reads what follows."""
+        if self._changes is None:
+            return None
+        return (await self._call(self._changes, -1)).sequence
 
     async def _poll(self, *, everyone: bool) -> None:
         links = self._links
         members = [s for s in self._pool.members.values() if everyone or s not in links]
         self._new_members = False
+        sequence: int | None = None
         if everyone:
-            self._next_poll = self._clock() + self._config.sync_interval
+            now = self._clock()
+            self._next_poll = now + self._config.sync_interval
             for gone in [s for s in links if not s.live]:
                 del links[gone]
+            incremental = self._changes is not None and self._sequence is not None and now < self._next_full
+            if incremental and await self._poll_changes(self._changes, self._sequence):  # type: ignore[arg-type]
+                return
+            sequence = await self._mark_sequence()
+            self._next_full = now + self._config.full_poll_interval
         if not members:
+            self._sequence = sequence if everyone else self._sequence
             return
         epochs = [s.circuit.epoch for s in members]
         views = await self._call(self._storage.read, [s.id for s in members])
+        if everyone:
+            self._sequence = sequence
         now = self._clock()
         for state, epoch, view in zip(members, epochs, views, strict=True):
-            if not state.live:
-                continue
-            if not state.circuit.leased:  # the pool gained it after the last resync
-                self._pool.set_leased(state, True, now)
-            if state.circuit.epoch == epoch:
-                self._receive(state, view, now)
-            else:
-                self._mark(state)
+            self._take(state, epoch, view, now)
 
-    async def _due(self) -> None:
+    async def _poll_changes(self, changes: Callable[[int], Awaitable[Changes]], since: int) -> bool:
+        """Read only what changed since the last poll; False if everything must be read instead."""
+        members = self._pool.members
+        fresh = [s for s in members.values() if s not in self._links]  # joined since: read them too
+        epochs = {s: s.circuit.epoch for s in members.values()}
+        answer = await self._call(changes, since)
+        if answer.states is None:
+            return False
+        self._sequence = answer.sequence
+        now = self._clock()
+        for endpoint_id, view in answer.states.items():
+            state = members.get(endpoint_id)
+            if state is not None and state not in fresh:
+                self._take(state, epochs[state], view, now)
+        if fresh:
+            views = await self._call(self._storage.read, [s.id for s in fresh])
+            now = self._clock()
+            for state, view in zip(fresh, views, strict=True):
+                self._take(state, epochs[state], view, now)
+        return True
+
+    def _take(self, state: EndpointState, epoch: int, view: SharedState, now: float) -> None:
+        """Take in a polled record, unless the circuit moved while it was read."""
+        if not state.live:
+            return
+        if not state.circuit.leased and view.problem is None and self._link(state).problem is None:
+            self._pool.set_leased(state, True, now)  # the pool gained it after the last resync
+        if state.circuit.epoch == epoch:
+            self._receive(state, view, now)
+        else:
+            self._mark(state)
+
+    async def _due(self, *, timers: bool = True) -> None:
+        """Begin due rounds (``timers``), hand back unused slots (``timers``), lease for demand."""
         policy = self._policy
+        self._waiting = False
+        activity: int | None = None
         for state, link in list(self._links.items()):
             view = link.view
             c = state.circuit
             if view is None or not state.live or c.epoch != link.epoch or view.state is _C:
                 continue
             now = self._clock()
-            if link.deadline is not None and now >= link.deadline:
+            if timers and link.deadline is not None and now >= link.deadline:  # a round is due, or lapsed
                 epoch = c.epoch
                 reply = await self._call(
                     self._storage.begin_half_open_if_elapsed,
@@ -323,29 +416,79 @@ class Coordinator:
                 if not self._after(state, epoch, reply) or link.view is None:
                     continue
                 view = link.view
-            if (
-                view.state is _H
-                and c.state is _H
-                and link.version == view.version
-                and c.probes_in_flight >= c.probe_limit
-                and view.probes_remaining > 0
-            ):
-                epoch = c.epoch
-                reply = await self._call(self._storage.lease_probe, state.id, expected_version=view.version)
-                if c.epoch != epoch or not state.live:
-                    if reply.applied:  # the circuit left the round meanwhile: give it back
-                        await self._call(
-                            self._storage.report_probe,
-                            state.id,
-                            expected_version=reply.state.version,
-                            report=ProbeReport.RELEASED,
-                        )
-                    self._mark(state)
+            if view.state is not _H or c.state is not _H or link.version != view.version:
+                continue
+            if link.round != view.version:  # the first sight of this round: demand counts from here
+                if activity is None:
+                    activity = self._activity()
+                link.round = view.version
+                start = link.reopen
+                if start is None:  # joined mid-round: its start, from when its leases lapse
+                    start = (link.deadline or now) - self._config.probe_lease
+                # a refusal since the shared deadline (before this balancer saw the round) counts
+                refused_at = self._refused_at
+                early = refused_at is not None and refused_at >= min(start, now)
+                link.refusals = self._refusals - 1 if early else self._refusals
+                link.activity = activity - _calls(state)
+                link.granted_at = None
+            link.reopen = None
+            excluded = self._pool.excluded(state) is not None
+            if c.probe_limit > c.probes_in_flight:  # a granted slot not in use
+                held = link.granted_at is None or now >= link.granted_at + self._config.sync_interval
+                if excluded or (timers and held):
+                    await self._hand_back(state, link)
+                    link.refusals = self._refusals  # only new demand leases again
+                    activity = self._activity()
+                    link.activity = activity - _calls(state)
+                continue
+            if excluded or view.probes_remaining <= 0:
+                continue
+            if self._refusals == link.refusals:
+                if activity is None:
+                    activity = self._activity()
+                if activity - _calls(state) == link.activity:  # no call went elsewhere either
+                    self._waiting = True  # no demand here yet: a refused acquire wakes the task
                     continue
-                self._receive(state, reply.state, self._clock())
-                if reply.applied:
-                    self.leases = sat_add(self.leases)
-                    self._pool.grant(state, 1)
+            epoch = c.epoch
+            reply = await self._call(self._storage.lease_probe, state.id, expected_version=view.version)
+            if c.epoch != epoch or not state.live:
+                if reply.applied:  # the circuit left the round meanwhile: give it back
+                    await self._call(
+                        self._storage.report_probe,
+                        state.id,
+                        expected_version=reply.state.version,
+                        report=ProbeReport.RELEASED,
+                    )
+                self._mark(state)
+                continue
+            self._receive(state, reply.state, self._clock())
+            if reply.applied:
+                self.leases = sat_add(self.leases)
+                link.granted_at = now = self._clock()
+                self._pool.grant(state, 1)
+                link.refusals = self._refusals  # one lease per demand: another needs demand after this one
+                activity = self._activity()
+                link.activity = activity - _calls(state)
+
+    async def _hand_back(self, state: EndpointState, link: _Link) -> None:
+        """Give this circuit's free leased slots back to the fleet's round."""
+        c = state.circuit
+        for _ in range(self._pool.revoke(state)):
+            epoch = c.epoch
+            reply = await self._call(
+                self._storage.report_probe, state.id, expected_version=link.version, report=ProbeReport.RELEASED
+            )
+            self.released = sat_add(self.released)
+            if not self._after(state, epoch, reply):
+                return
+
+    def _activity(self) -> int:
+        """Calls this balancer started, ever (off the hot path, O(pool)).
+
+        Calls that went to other endpoints while a round waits are demand for it: they
+        could have gone to it. Its own calls (its probes) are not.
+        """
+        return sum(_calls(s) for s in self._pool.members.values())
 
     async def _settle(self, state: EndpointState) -> None:
         link = self._link(state)
@@ -355,8 +498,12 @@ class Coordinator:
             return
         if c.epoch == link.epoch:
             view = link.view
-            if view is not None and c.state is _H and view.state is _H and c.probe_successes > link.reported:
-                await self._report(state, link)
+            release, link.release = link.release, False
+            if view is not None and c.state is _H and view.state is _H:
+                if c.probe_successes > link.reported:
+                    await self._report(state, link)
+                if release and c.epoch == link.epoch and c.state is _H:
+                    await self._hand_back(state, link)  # a cancelled probe's slot: the fleet's again
             return
         if c.state is _C:
             self._mirror(state)
@@ -431,8 +578,17 @@ class Coordinator:
         force: bool = False,
     ) -> None:
         link = self._link(state)
+        if view.problem is not None:
+            self._poison(state, link, view.problem, now)
+            return
+        if link.problem is not None:  # usable again (repaired, expired or rewritten): follow it
+            link.problem = None
+            link.version = -1
+            self._pool.set_leased(state, True, now)
         link.view = view
         link.deadline = None if view.reopen_at is None else now + view.remaining()
+        if view.state is _O:
+            link.reopen = link.deadline
         c = state.circuit
         if publishing and c.state is _O:
             # Our own trip, accepted: same round, the storage's deadline.
@@ -444,6 +600,29 @@ class Coordinator:
         if (force or publishing) and c.state not in _LOCAL_ONLY:
             link.epoch = c.epoch
         self._mirror(state)
+
+    def _poison(self, state: EndpointState, link: _Link, problem: str, now: float) -> None:
+        """An unusable record: this endpoint alone decides locally, reported once per episode."""
+        link.view = None
+        link.deadline = None
+        link.reopen = None
+        link.epoch = state.circuit.epoch
+        if state.circuit.leased:
+            self._pool.set_leased(state, False, now)
+        if link.problem is not None:
+            return
+        link.problem = problem
+        self.poisoned = sat_add(self.poisoned)
+        error = CoordinationError(f"unusable shared record: {problem}")
+        if self._on_fallback is not None:
+            self._on_fallback(now, error, state.id, repr(self._storage))
+        else:
+            logger.warning(
+                "poise_py: shared record of endpoint %r in %r unusable, it uses its local circuit: %s",
+                state.id,
+                self._storage,
+                error,
+            )
 
     def _mirror(self, state: EndpointState) -> None:
         link = self._link(state)
@@ -488,7 +667,7 @@ class Coordinator:
     # -- helpers ---------------------------------------------------------------------------
 
     def _wait(self, trip: Transition | None) -> OpenWait:
-        escalation = self._policy.escalation
+        escalation = self._config.shared_escalation(self._policy.escalation)
         minimum = 0.0
         if trip is not None and trip.retry_after:
             minimum = trip.retry_after
@@ -514,6 +693,7 @@ class Coordinator:
         now = self._clock()
         was_connected = self._connected
         self._connected = False
+        self._sequence = None  # the next reads are full
         self._next_poll = now + self._config.sync_interval
         for state in self._pool.members.values():
             self._pool.set_leased(state, False, now)
@@ -522,11 +702,12 @@ class Coordinator:
         if not self._announced:  # once per outage: a log line (through the event), a hook
             self._announced = True
             if self._on_fallback is not None:
-                self._on_fallback(now, error)
+                self._on_fallback(now, error, None, repr(self._storage))
             else:
                 logger.warning(
-                    "poise_py: coordination storage unavailable (%s); every endpoint falls back to its "
+                    "poise_py: coordination storage %r unavailable (%s); every endpoint falls back to its "
                     "local circuit until it answers again",
+                    self._storage,
                     reason,
                 )
             self._notify(CoordinationChange(connected=False, at=now, reason=reason))
@@ -553,6 +734,10 @@ class Coordinator:
                     and state.circuit.epoch == link.epoch
                 ):
                     wakeup = deadline
+                granted = link.granted_at
+                c = state.circuit
+                if granted is not None and c.state is _H and c.probe_limit > c.probes_in_flight:
+                    wakeup = min(wakeup, granted + self._config.sync_interval)
         return wakeup
 
     def _link(self, state: EndpointState) -> _Link:
@@ -568,3 +753,8 @@ class Coordinator:
     def _poke(self) -> None:
         if self._wake is not None:
             self._wake.set()
+
+
+def _calls(state: EndpointState) -> int:
+    """Calls started on one endpoint, ever: finished ones plus those in flight."""
+    return state.successes + state.cancellations + state.stale + state.inflight + sum(state.faults)

@@ -33,8 +33,28 @@ local function finite(x)
   return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
 end
 
+local STATES = {closed = true, open = true, half_open = true}
+
+-- A record nobody can use: what is wrong with it, naming the key (the fence never matches).
+local function poisoned(key, problem)
+  return {key = key, problem = 'key ' .. key .. ': ' .. problem, state = 'closed', version = -1,
+          failed_rounds = 0, probes_permitted = 0, probes_remaining = 0, probes_completed = 0,
+          protocol_version = 0}
+end
+
 local function load(key)
-  local f = redis.call('HMGET', key, unpack(FIELDS))
+  local f = redis.pcall('HMGET', key, unpack(FIELDS))
+  if f.err then  -- WRONGTYPE: only then ask what it is
+    local kind = redis.call('TYPE', key)
+    if type(kind) == 'table' then kind = kind.ok end
+    return poisoned(key, 'a ' .. tostring(kind) .. ', not a hash')
+  end
+  if f[1] and not STATES[f[1]] then return poisoned(key, "unknown state '" .. f[1] .. "'") end
+  for i = 2, #FIELDS do
+    if f[i] and not finite(tonumber(f[i])) then
+      return poisoned(key, FIELDS[i] .. " is not a finite number: '" .. f[i] .. "'")
+    end
+  end
   return {
     key = key,
     state = f[1] or 'closed',
@@ -49,6 +69,16 @@ local function load(key)
   }
 end
 
+-- The record a write starts from: an unusable one is replaced (the next write repairs it).
+local function load_for_write(key)
+  local r = load(key)
+  if r.problem then
+    redis.call('DEL', key)
+    r = load(key)
+  end
+  return r
+end
+
 -- The failed-round count protocol 2 trusts: only a protocol-2 writer's.
 local function rounds(r)
   if r.protocol_version >= 2 then return r.failed_rounds end
@@ -61,11 +91,14 @@ local function fmt(x)
 end
 
 local function answer(applied, r)
+  if r.problem then
+    return {0, 'closed', '-1', '', '', '0', '0', '0', '0', '0', fmt(now), r.problem}
+  end
   local failed = 0
   if proto >= 2 then failed = rounds(r) end
   return {applied and 1 or 0, r.state, fmt(r.version), fmt(r.opened_at), fmt(r.reopen_at), fmt(failed),
           fmt(r.probes_permitted), fmt(r.probes_remaining), fmt(r.probes_completed),
-          fmt(r.protocol_version), fmt(now)}
+          fmt(r.protocol_version), fmt(now), ''}
 end
 
 local function save(r, state_change)
@@ -88,6 +121,14 @@ local function save(r, state_change)
   local keep = retention
   if r.reopen_at and r.reopen_at > now then keep = keep + (r.reopen_at - now) end
   redis.call('PEXPIRE', r.key, math.ceil(keep * 1000))
+  -- Protocol 3: the namespace's change log (KEYS[2] the sequence, KEYS[3] key -> sequence).
+  if proto >= 3 and KEYS[3] then
+    local seq = redis.call('INCR', KEYS[2])
+    redis.call('ZADD', KEYS[3], seq, r.key)
+    local ttl = math.ceil((retention + 3600) * 1000)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  end
   return answer(true, r)
 end
 
@@ -121,7 +162,7 @@ if not (finite(base) and finite(maximum) and finite(multiplier) and finite(jitte
         and jitter >= 0 and jitter < 1 and unit >= 0 and unit < 1 and minimum >= 0) then
   return redis.error_reply('poise: invalid open wait')
 end
-local r = load(KEYS[1])
+local r = load_for_write(KEYS[1])
 if r.version ~= expected or r.state == 'open' then return answer(false, r) end
 local failed = rounds(r)
 if proto >= 2 and r.state == 'half_open' then failed = math.min(failed + 1, CAP) end
@@ -143,7 +184,7 @@ if not (finite(permitted) and permitted >= 1 and finite(lease) and lease > 0) th
   return redis.error_reply('poise: invalid probe budget')
 end
 local r = load(KEYS[1])
-if r.version ~= expected or r.state == 'closed' or now < (r.reopen_at or 0) then
+if r.problem or r.version ~= expected or r.state == 'closed' or now < (r.reopen_at or 0) then
   return answer(false, r)
 end
 r.failed_rounds = rounds(r)
@@ -156,7 +197,7 @@ return save(r, true)
 LEASE_PROBE = r"""
 local expected = tonumber(ARGV[3])
 local r = load(KEYS[1])
-if r.version ~= expected or r.state ~= 'half_open' or r.probes_remaining <= 0
+if r.problem or r.version ~= expected or r.state ~= 'half_open' or r.probes_remaining <= 0
    or now >= (r.reopen_at or 0) then
   return answer(false, r)
 end
@@ -171,7 +212,7 @@ if report ~= 'succeeded' and report ~= 'released' then
   return redis.error_reply('poise: invalid probe report')
 end
 local r = load(KEYS[1])
-if r.version ~= expected or r.state ~= 'half_open' then return answer(false, r) end
+if r.problem or r.version ~= expected or r.state ~= 'half_open' then return answer(false, r) end
 r.failed_rounds = rounds(r)
 if report == 'succeeded' then
   r.probes_completed = r.probes_completed + 1
@@ -184,7 +225,7 @@ return save(r, false)
 CLOSE = r"""
 local expected = tonumber(ARGV[3])
 local r = load(KEYS[1])
-if r.version ~= expected or r.state ~= 'half_open' then return answer(false, r) end
+if r.problem or r.version ~= expected or r.state ~= 'half_open' then return answer(false, r) end
 r.state = 'closed'
 r.failed_rounds = 0
 r.opened_at, r.reopen_at = nil, nil
@@ -192,8 +233,24 @@ r.probes_permitted, r.probes_remaining, r.probes_completed = 0, 0, 0
 return save(r, true)
 """
 
+CHANGES = r"""
+local since, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+local seq = tonumber(redis.call('GET', KEYS[1]) or '0')
+if since < 0 or seq == since then return {fmt(seq)} end
+if seq < since then return {fmt(seq), 'reset'} end
+local keys = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. fmt(since), '+inf', 'LIMIT', 0, limit + 1)
+if #keys > limit then return {fmt(seq), 'overflow'} end
+local out = {fmt(seq), 'changes'}
+for _, key in ipairs(keys) do
+  out[#out + 1] = key
+  out[#out + 1] = answer(false, load(key))
+end
+return out
+"""
+
 SCRIPTS = {
     "read": READ,
+    "changes": CHANGES,
     "trip_open": TRIP_OPEN,
     "begin_half_open_if_elapsed": BEGIN_HALF_OPEN,
     "lease_probe": LEASE_PROBE,

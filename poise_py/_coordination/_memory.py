@@ -6,10 +6,10 @@ methods line by line, and the behavioural tests run against both.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import anyio
 import anyio.lowlevel
 import attrs
 
@@ -17,8 +17,10 @@ from .._core._circuit import CircuitState
 from .._endpoint import check_duration
 from .._errors import ConfigError, CoordinationError
 from ._protocol import (
+    CHANGES_PROTOCOL_VERSION,
     FAILED_ROUNDS_CAP,
     PROTOCOL_VERSION,
+    Changes,
     OpenWait,
     ProbeReport,
     Reply,
@@ -38,20 +40,24 @@ class InMemoryStorage:
     without a yield, which is what makes it atomic.
 
     Args:
-        clock: the storage clock, in seconds (default ``time.monotonic``); inject a fake
-            one in tests. It alone decides OPEN -> HALF_OPEN.
+        clock: the storage clock, in seconds (default :func:`anyio.current_time`, the
+            running event loop's clock, so a Trio ``MockClock`` or a virtual-time loop
+            drives it like every other timer of the balancer); inject a fake one in tests.
+            It alone decides OPEN -> HALF_OPEN.
         protocol_version: the protocol to speak, 1 or 2 (default: the newest); an older
             one stands in for an older release in a mixed fleet.
     """
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.monotonic, protocol_version: int = PROTOCOL_VERSION
+        self, *, clock: Callable[[], float] = anyio.current_time, protocol_version: int = PROTOCOL_VERSION
     ) -> None:
         if not callable(clock):
             raise ConfigError("InMemoryStorage.clock", f"must be callable, got {clock!r}")
         self._clock = clock
         self._protocol = check_protocol_version("InMemoryStorage.protocol_version", protocol_version)
         self._records: dict[str, SharedState] = {}
+        self._log: dict[str, int] = {}  # key -> the sequence number of its last logged write
+        self._sequence = [0]  # shared with sharing() views
         self.operations: Counter[str] = Counter()
         """Operations served, by name (reads count once per key)."""
 
@@ -60,6 +66,8 @@ class InMemoryStorage:
         """A view of ``other``'s records that speaks another protocol (a mixed fleet in one process)."""
         view = cls(clock=other._clock, protocol_version=protocol_version)
         view._records = other._records
+        view._log = other._log
+        view._sequence = other._sequence
         view.operations = other.operations
         return view
 
@@ -68,9 +76,14 @@ class InMemoryStorage:
         """The protocol this storage speaks."""
         return self._protocol
 
+    def __repr__(self) -> str:
+        return f"InMemoryStorage(protocol_version={self._protocol})"
+
     def clear(self) -> None:
         """Forget every record, as a storage restart without persistence would."""
         self._records.clear()
+        self._log.clear()
+        self._sequence[0] = 0
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -81,12 +94,34 @@ class InMemoryStorage:
         now = self._clock()
         return [self._answer(self._load(k), now) for k in keys]
 
+    async def changes(self, since: int, *, limit: int = 1000) -> Changes:
+        """The records written since sequence ``since`` (protocol 3); see :meth:`RedisStorage.changes`."""
+        await anyio.lowlevel.checkpoint()
+        if self._protocol < CHANGES_PROTOCOL_VERSION:
+            raise CoordinationError(
+                f"changes needs protocol {CHANGES_PROTOCOL_VERSION}; this storage speaks {self._protocol}"
+            )
+        self.operations["changes"] += 1
+        sequence = self._sequence[0]
+        if since < 0 or sequence == since:
+            return Changes(sequence, {})
+        if sequence < since:
+            return Changes(sequence, None)
+        keys = [k for k, s in self._log.items() if s > since]
+        if len(keys) > limit:
+            return Changes(sequence, None)
+        self.operations["read"] += len(keys)
+        now = self._clock()
+        return Changes(sequence, {k: self._answer(self._load(k), now) for k in keys})
+
     async def trip_open(self, key: str, *, expected_version: int, wait: OpenWait) -> Reply:
         """CLOSED or HALF_OPEN -> OPEN; see :meth:`Storage.trip_open`."""
         await anyio.lowlevel.checkpoint()
         self.operations["trip_open"] += 1
         now = self._clock()
         r = self._load(key)
+        if r.problem is not None:  # an unusable record: the next write replaces it
+            r = SharedState()
         if r.version != expected_version or r.state is _O:
             return self._refuse(r, now)
         failed = _rounds(r)
@@ -115,7 +150,7 @@ class InMemoryStorage:
         _check_budget(permitted, lease)
         now = self._clock()
         r = self._load(key)
-        if r.version != expected_version or r.state is _C or now < (r.reopen_at or 0.0):
+        if r.problem is not None or r.version != expected_version or r.state is _C or now < (r.reopen_at or 0.0):
             return self._refuse(r, now)
         return self._save(
             key,
@@ -134,7 +169,13 @@ class InMemoryStorage:
         self.operations["lease_probe"] += 1
         now = self._clock()
         r = self._load(key)
-        if r.version != expected_version or r.state is not _H or r.probes_remaining <= 0 or now >= (r.reopen_at or 0.0):
+        if (
+            r.problem is not None
+            or r.version != expected_version
+            or r.state is not _H
+            or r.probes_remaining <= 0
+            or now >= (r.reopen_at or 0.0)
+        ):
             return self._refuse(r, now)
         return self._save(key, r, now, probes_remaining=r.probes_remaining - 1)
 
@@ -146,7 +187,7 @@ class InMemoryStorage:
             raise CoordinationError(f"report must be a ProbeReport, got {report!r}")
         now = self._clock()
         r = self._load(key)
-        if r.version != expected_version or r.state is not _H:
+        if r.problem is not None or r.version != expected_version or r.state is not _H:
             return self._refuse(r, now)
         if report is ProbeReport.SUCCEEDED:
             return self._save(key, r, now, probes_completed=r.probes_completed + 1)
@@ -158,7 +199,7 @@ class InMemoryStorage:
         self.operations["close"] += 1
         now = self._clock()
         r = self._load(key)
-        if r.version != expected_version or r.state is not _H:
+        if r.problem is not None or r.version != expected_version or r.state is not _H:
             return self._refuse(r, now)
         return self._save(
             key,
@@ -180,6 +221,8 @@ class InMemoryStorage:
         return SharedState() if r is None else r
 
     def _answer(self, r: SharedState, now: float) -> SharedState:
+        if r.problem is not None:
+            return SharedState(version=-1, storage_time=now, problem=r.problem)
         failed = _rounds(r) if self._protocol >= 2 else 0  # protocol 1 does not know the field
         return attrs.evolve(r, failed_rounds=failed, storage_time=now)
 
@@ -199,6 +242,9 @@ class InMemoryStorage:
             **changes,  # type: ignore[arg-type]
         )
         self._records[key] = new
+        if self._protocol >= CHANGES_PROTOCOL_VERSION:
+            self._sequence[0] += 1
+            self._log[key] = self._sequence[0]
         return Reply(applied=True, state=self._answer(new, now))
 
 

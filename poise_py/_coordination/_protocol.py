@@ -24,6 +24,11 @@ Protocol versions:
   failed-round count.
 - 2: adds ``failed_rounds`` (incremented by a trip from HALF_OPEN, left alone by a trip
   from CLOSED, reset by close) and the escalated, clamped wait computed by the storage.
+- 3: adds the namespace's change log: every write also bumps a sequence number and notes
+  the written key under it, so a poll when nothing changed reads one counter and a poll
+  after k changes reads k records (:meth:`RedisStorage.changes`). Older writers do not
+  log their writes: a protocol-3 reader sees them at its next full read
+  (``Coordination.full_poll_interval``).
 
 Versions are additive. Every version stores ``reopen_at`` and every version's half-open
 check reads only that, so in a mixed fleet a round lasts what the instance that tripped
@@ -43,8 +48,11 @@ from .._core._circuit import CircuitState
 from .._core._ejection import Backoff, Escalation
 from .._errors import ConfigError
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """The newest protocol this library speaks."""
+
+CHANGES_PROTOCOL_VERSION = 3
+"""The first protocol whose writes keep the namespace's change log (incremental polls)."""
 
 MIN_PROTOCOL_VERSION = 1
 """The oldest protocol this library can run a fleet on."""
@@ -91,6 +99,11 @@ class SharedState:
         protocol_version: the protocol of the record's last writer; 0 if there is none.
         storage_time: the storage's clock when it answered, to translate the times above
             into an instance's own clock.
+        problem: None for a usable record; for one the storage cannot parse (a key of
+            another type, an unknown state, a field that is not a number), what is wrong
+            with it, naming the key. The other fields are then meaningless: the balancer
+            decides that endpoint locally until the record is usable again, and a
+            ``trip_open`` replaces it (at expected version 0).
     """
 
     state: CircuitState = attrs.field(default=CircuitState.CLOSED, validator=_check_state)
@@ -103,6 +116,7 @@ class SharedState:
     probes_completed: int = 0
     protocol_version: int = 0
     storage_time: float = 0.0
+    problem: str | None = None
 
     def remaining(self, time: float | None = None) -> float:
         """Seconds from ``time`` (default: when the storage answered) to ``reopen_at``; 0 if past."""
@@ -178,6 +192,21 @@ class OpenWait:
             repr(float(self.unit)),
             repr(float(self.minimum)),
         ]
+
+
+@attrs.frozen
+class Changes:
+    """What changed in a namespace since a sequence number (protocol 3).
+
+    Attributes:
+        sequence: the namespace's sequence number now (0 when it has none).
+        states: the records written since, by endpoint id; None when the caller must read
+            everything instead (the sequence went backwards: the storage lost its keys;
+            or more changed than the caller's limit).
+    """
+
+    sequence: int
+    states: dict[str, SharedState] | None
 
 
 @runtime_checkable

@@ -1,6 +1,8 @@
-"""Shared circuits in Redis, through coredis (anyio-native: Trio and asyncio alike).
+"""Shared circuits in Redis, through coredis or redis-py's ``redis.asyncio``.
 
-Importing this module does not import coredis; constructing a :class:`RedisStorage` does.
+coredis is anyio-native (Trio and asyncio alike); redis-py runs on asyncio only.
+Importing this module imports neither; constructing a :class:`RedisStorage` imports the
+client's own library.
 """
 
 from __future__ import annotations
@@ -13,10 +15,19 @@ from .._core._circuit import CircuitState
 from .._endpoint import check_duration
 from .._errors import ConfigError, CoordinationError, CoordinationUnavailable
 from ._lua import PRELUDE, SCRIPTS
-from ._protocol import PROTOCOL_VERSION, OpenWait, ProbeReport, Reply, SharedState, check_protocol_version
+from ._protocol import (
+    CHANGES_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    Changes,
+    OpenWait,
+    ProbeReport,
+    Reply,
+    SharedState,
+    check_protocol_version,
+)
 
 if TYPE_CHECKING:
-    from coredis.commands.script import Script
+    from collections.abc import Awaitable, Callable
 
 _STATES = {s.value: s for s in (CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN)}
 _NAMESPACE = re.compile(r"[^{}\s]+")
@@ -38,8 +49,15 @@ class RedisStorage:
         async with client, lb:
             ...
 
+    A redis-py client works the same way on asyncio (``redis.asyncio.Redis`` or
+    ``redis.asyncio.RedisCluster``; close it with ``await client.aclose()``). redis-py does
+    not run on Trio: constructing the storage inside a Trio run raises ``ConfigError``, and
+    an operation attempted on Trio fails with a ``CoordinationError`` that says so (the
+    balancer logs it and keeps its local circuits).
+
     Args:
-        client: a ``coredis.Redis`` or ``coredis.RedisCluster``.
+        client: a ``coredis.Redis`` or ``coredis.RedisCluster``, or a
+            ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``.
         namespace: separates fleets sharing one Redis; no braces or spaces.
         retention: seconds a record outlives its last write (plus any open wait), so the
             records of endpoints that left do not pile up. An expired record reads as
@@ -56,11 +74,14 @@ class RedisStorage:
         retention: float = 86_400.0,
         protocol_version: int = PROTOCOL_VERSION,
     ) -> None:
-        import coredis  # noqa: PLC0415 - coredis is an optional extra: imported on use only
-        import coredis.exceptions  # noqa: PLC0415
-
-        if not isinstance(client, coredis.Redis | coredis.RedisCluster):
-            raise ConfigError("RedisStorage.client", f"must be a coredis Redis or RedisCluster, got {client!r}")
+        if type(client).__module__.split(".", 1)[0] == "redis":
+            self._unavailable, self._errors = _redis_py_errors(client)
+            self._asyncio_only = True
+        else:
+            self._unavailable, self._errors = _coredis_errors(client)
+            self._asyncio_only = False
+        if self._asyncio_only and _running_library() not in (None, "asyncio"):
+            raise ConfigError("RedisStorage.client", _ASYNCIO_ONLY)
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigError(
                 "RedisStorage.namespace",
@@ -70,18 +91,12 @@ class RedisStorage:
         self._namespace = namespace
         self._retention = repr(check_duration("RedisStorage.retention", retention))
         self._protocol = check_protocol_version("RedisStorage.protocol_version", protocol_version)
-        self._scripts: dict[str, Script[Any]] = {
+        self._scripts: dict[str, Callable[..., Awaitable[Any]]] = {
             name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()
         }
-        self._unavailable: tuple[type[BaseException], ...] = (
-            coredis.exceptions.ConnectionError,  # BusyLoadingError and ProtocolError among them
-            coredis.exceptions.BusyLoadingError,
-            coredis.exceptions.ClusterDownError,
-            coredis.exceptions.TryAgainError,
-            OSError,
-            TimeoutError,
-        )
-        self._errors: tuple[type[BaseException], ...] = (coredis.exceptions.RedisError,)
+
+    def __repr__(self) -> str:
+        return f"RedisStorage(namespace={self._namespace!r}, protocol_version={self._protocol})"
 
     @property
     def protocol_version(self) -> int:
@@ -96,6 +111,40 @@ class RedisStorage:
     def key(self, endpoint_id: str) -> str:
         """The Redis key of one endpoint's record."""
         return f"{{{self._namespace}}}:circuit:{endpoint_id}"
+
+    def _keys(self, endpoint_id: str) -> list[str]:
+        """A write's keys: the record, then the namespace's sequence and change log (protocol 3)."""
+        tag = f"{{{self._namespace}}}"
+        return [self.key(endpoint_id), f"{tag}:sequence", f"{tag}:changes"]
+
+    async def changes(self, since: int, *, limit: int = 1000) -> Changes:
+        """The records written since sequence number ``since``, in one call (protocol 3).
+
+        One ``GET`` when nothing changed (or ``since`` < 0, which asks only for the
+        sequence); one sorted-set range and one read per changed record otherwise.
+        ``states`` is None when the sequence went backwards (the keys were lost) or more
+        than ``limit`` records changed: read everything instead.
+        """
+        if self._protocol < CHANGES_PROTOCOL_VERSION:
+            raise CoordinationError(
+                f"changes needs protocol {CHANGES_PROTOCOL_VERSION}; this storage speaks {self._protocol}"
+            )
+        tag = f"{{{self._namespace}}}"
+        raw = await self._run("changes", [f"{tag}:sequence", f"{tag}:changes"], [str(since), str(limit)])
+        if not isinstance(raw, list) or not raw:
+            raise CoordinationError(f"changes: unexpected reply {raw!r}")
+        sequence = int(_number(raw[0]) or 0)
+        if len(raw) == 1:
+            return Changes(sequence, {})
+        if _text(raw[1]) != "changes":
+            return Changes(sequence, None)
+        prefix = f"{tag}:circuit:"
+        states: dict[str, SharedState] = {}
+        for key, item in zip(raw[2::2], raw[3::2], strict=True):
+            name = _text(key)
+            if name.startswith(prefix):
+                states[name[len(prefix) :]] = _parse(item).state
+        return Changes(sequence, states)
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -112,38 +161,92 @@ class RedisStorage:
         """CLOSED or HALF_OPEN -> OPEN; see :meth:`Storage.trip_open`."""
         if not isinstance(wait, OpenWait):
             raise CoordinationError(f"wait must be an OpenWait, got {wait!r}")
-        return _parse(await self._run("trip_open", [self.key(key)], [str(expected_version), *wait.lua_args()]))
+        return _parse(await self._run("trip_open", self._keys(key), [str(expected_version), *wait.lua_args()]))
 
     async def begin_half_open_if_elapsed(
         self, key: str, *, expected_version: int, permitted: int, lease: float
     ) -> Reply:
         """OPEN (or a lapsed HALF_OPEN round) -> a fresh HALF_OPEN round once the server clock says so."""
         args = [str(expected_version), str(permitted), repr(float(lease))]
-        return _parse(await self._run("begin_half_open_if_elapsed", [self.key(key)], args))
+        return _parse(await self._run("begin_half_open_if_elapsed", self._keys(key), args))
 
     async def lease_probe(self, key: str, *, expected_version: int) -> Reply:
         """Take one lease from the round's budget."""
-        return _parse(await self._run("lease_probe", [self.key(key)], [str(expected_version)]))
+        return _parse(await self._run("lease_probe", self._keys(key), [str(expected_version)]))
 
     async def report_probe(self, key: str, *, expected_version: int, report: ProbeReport) -> Reply:
         """Count a leased probe's success, or take an unused lease back."""
         if not isinstance(report, ProbeReport):
             raise CoordinationError(f"report must be a ProbeReport, got {report!r}")
-        return _parse(await self._run("report_probe", [self.key(key)], [str(expected_version), report.value]))
+        return _parse(await self._run("report_probe", self._keys(key), [str(expected_version), report.value]))
 
     async def close(self, key: str, *, expected_version: int) -> Reply:
         """HALF_OPEN -> CLOSED, resetting ``failed_rounds`` (protocol 2)."""
-        return _parse(await self._run("close", [self.key(key)], [str(expected_version)]))
+        return _parse(await self._run("close", self._keys(key), [str(expected_version)]))
 
     # -- internals ---------------------------------------------------------------------
 
     async def _run(self, name: str, keys: list[str], args: list[str]) -> object:
+        if self._asyncio_only and _running_library() != "asyncio":
+            raise CoordinationError(f"redis {name}: {_ASYNCIO_ONLY}")
         try:
             return await self._scripts[name](keys=keys, args=[str(self._protocol), self._retention, *args])
         except self._unavailable as exc:
             raise CoordinationUnavailable(f"redis {name}: {exc!r}") from exc
         except self._errors as exc:
             raise CoordinationError(f"redis {name}: {exc!r}") from exc
+
+
+_ASYNCIO_ONLY = "a redis.asyncio (redis-py) client runs on asyncio only; on Trio, use a coredis client"
+
+
+def _running_library() -> str | None:
+    import sniffio  # noqa: PLC0415 - anyio's own dependency
+
+    try:
+        return sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return None
+
+
+def _coredis_errors(client: object) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    import coredis  # noqa: PLC0415 - coredis is an optional extra: imported on use only
+    import coredis.exceptions  # noqa: PLC0415
+
+    if not isinstance(client, coredis.Redis | coredis.RedisCluster):
+        raise ConfigError(
+            "RedisStorage.client",
+            f"must be a coredis Redis or RedisCluster, or a redis.asyncio Redis or RedisCluster, got {client!r}",
+        )
+    unavailable = (
+        coredis.exceptions.ConnectionError,  # BusyLoadingError and ProtocolError among them
+        coredis.exceptions.BusyLoadingError,
+        coredis.exceptions.ClusterDownError,
+        coredis.exceptions.TryAgainError,
+        OSError,
+        TimeoutError,
+    )
+    return unavailable, (coredis.exceptions.RedisError,)
+
+
+def _redis_py_errors(client: object) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    import redis.asyncio  # noqa: PLC0415 - redis-py is an optional extra: imported on use only
+    import redis.exceptions  # noqa: PLC0415
+
+    if not isinstance(client, redis.asyncio.Redis | redis.asyncio.RedisCluster):
+        raise ConfigError(
+            "RedisStorage.client",
+            f"must be a redis.asyncio Redis or RedisCluster (not the synchronous client), got {client!r}",
+        )
+    unavailable = (
+        redis.exceptions.ConnectionError,  # BusyLoadingError among them
+        redis.exceptions.TimeoutError,
+        redis.exceptions.ClusterDownError,
+        redis.exceptions.TryAgainError,
+        OSError,
+        TimeoutError,
+    )
+    return unavailable, (redis.exceptions.RedisError,)
 
 
 def _text(value: object) -> str:
@@ -165,9 +268,14 @@ def _count(value: object) -> int:
 
 
 def _parse(raw: object) -> Reply:
-    if not isinstance(raw, list) or len(raw) != 11:
+    if not isinstance(raw, list) or len(raw) != 12:
         raise CoordinationError(f"unexpected reply {raw!r}")
-    applied, state, version, opened_at, reopen_at, failed, permitted, remaining, completed, proto, now = raw
+    applied, state, version, opened_at, reopen_at, failed, permitted, remaining, completed, proto, now, problem = raw
+    if problem:  # the scripts vouch for every field they answer, or say what is wrong
+        return Reply(
+            applied=False,
+            state=SharedState(version=-1, storage_time=_number(now) or 0.0, problem=_text(problem)),
+        )
     circuit = _STATES.get(_text(state))
     if circuit is None:
         raise CoordinationError(f"unknown shared state {state!r}")

@@ -525,6 +525,18 @@ class Circuit:
         self.probe_limit = min(self.probe_limit + slots, self.policy.permitted_probes)
         return True
 
+    def revoke(self) -> int:
+        """Take back a leased HALF_OPEN circuit's free probe slots, to hand them back to the fleet.
+
+        Returns how many were free (0, changing nothing, if none or not leased HALF_OPEN);
+        probes in flight keep their slots.
+        """
+        free = self.probe_limit - self.probes_in_flight
+        if self.state is not _H or not self.leased or free <= 0:
+            return 0
+        self.probe_limit = self.probes_in_flight
+        return free
+
     # -- internals ---------------------------------------------------------------------
 
     def _record_closed(

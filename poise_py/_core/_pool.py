@@ -178,7 +178,7 @@ class Pool:
         """Called when a timer deadline appears that no transition announced (the first
         success-rate evaluation), so the shell's timer can wait for it."""
         self.on_probe_result: ProbeHook | None = None
-        """Called after a current-epoch probe result that moved nothing (coordination)."""
+        """Called after a current-epoch probe result that moved nothing, or a cancelled probe (coordination)."""
 
     # -- membership --------------------------------------------------------------------
 
@@ -503,9 +503,12 @@ class Pool:
             self.on_idle(state)  # off the hot path: only endpoints that take no permits
         state.cancellations = sat_add(state.cancellations)
         if state.live:
-            state.circuit.cancel(ticket)
+            circuit = state.circuit
+            circuit.cancel(ticket)
             if ticket.probe:
                 self._sync(state)
+                if self.on_probe_result is not None and ticket.epoch == circuit.epoch:
+                    self.on_probe_result(state)  # a leased slot freed: coordination hands it back
 
     def release_orphans(self) -> None:
         """Cancel the permits that were garbage-collected without a report."""
@@ -594,6 +597,17 @@ class Pool:
         if granted:
             self._sync(state)
         return granted
+
+    def revoke(self, state: EndpointState) -> int:
+        """Take back a leased circuit's free probe slots (see :meth:`Circuit.revoke`); how many."""
+        taken = state.circuit.revoke()
+        if taken:
+            self._sync(state)
+        return taken
+
+    def excluded(self, state: EndpointState) -> IneligibleReason | None:
+        """Why readiness, active health or the operator's status keeps ``state`` out, or None."""
+        return _gate(state)
 
     def set_leased(self, state: EndpointState, leased: bool, now: float) -> None:  # noqa: FBT001
         """Enter or leave leased mode; leaving it re-arms the circuit's own OPEN timer."""
