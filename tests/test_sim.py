@@ -82,7 +82,7 @@ def test_a_breaker_ejects_the_dead_endpoint_and_readmits_it_after_recovery(small
 
 
 def test_seed_000_headlines() -> None:
-    report = sim.run(sim.load_scenario("seed-000-grpc-pool"))
+    report = sim.run(sim.load_scenario("grpc-worker-pool"))
     ours, *baselines = report.results
     assert ours.configuration == "poise_py default"
     for other in baselines:
@@ -124,12 +124,12 @@ def test_cli_simulate_table_and_list(small: Path, capsys: pytest.CaptureFixture[
     assert "poise_py default" in out
     assert "naive round-robin" in out
     assert main(["simulate", "--list"]) == 0
-    assert "seed-000-grpc-pool" in capsys.readouterr().out
+    assert "grpc-worker-pool" in capsys.readouterr().out
     assert main(["simulate", "nope"]) == 2
 
 
 def test_seed_002_coordinated_backoff_probes_a_dead_dependency_far_less() -> None:
-    report = sim.run(sim.load_scenario("seed-002-fleet"))
+    report = sim.run(sim.load_scenario("fleet-shared-breaker"))
     by_name = {r.configuration: r for r in report.results}
     local = by_name["poise_py default"]
     coordinated = by_name["poise_py coordinated"]
@@ -152,7 +152,7 @@ def test_discovery_churn_last_known_good_outlives_a_dead_publisher() -> None:
 
 
 def test_seed_001_tier_waterfall_keeps_serving_through_rate_limits_and_a_revoked_key() -> None:
-    report = sim.run(sim.load_scenario("seed-001-llm-tiers"))
+    report = sim.run(sim.load_scenario("llm-gateway"))
     ours, naive, first_strike, _constant = report.results
     assert ours.success_rate > 0.999
     assert ours.success_rate > naive.success_rate
