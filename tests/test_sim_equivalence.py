@@ -51,7 +51,7 @@ name = "same"
 policy = "round_robin"
 circuit = {{ max_ejection_percent = 100 }}
 """
-    import tomllib  # noqa: PLC0415
+    import tomllib
 
     report = sim.run(sim.parse_scenario(tomllib.loads(text)))
     result = next(r for r in report.results if r.configuration == "same")
@@ -68,7 +68,7 @@ async def drive(lb: poise.LoadBalancer, call: Callable[[poise.Endpoint], Awaitab
             await lb.call(call, attempts=1)
         except poise.NoEligibleEndpoints:
             break
-        except Exception:  # noqa: BLE001, S112 - every failure was classified and recorded by call()
+        except Exception:  # noqa: S112 - every failure was classified and recorded by call()
             continue
 
 
@@ -104,7 +104,7 @@ async def _hole(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes])
 @asynccontextmanager
 async def grpc_server(behaviour: Callable[..., Awaitable[bytes]]) -> AsyncIterator[int]:
     server = grpc.aio.server()
-    handler = grpc.unary_unary_rpc_method_handler(behaviour)
+    handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(behaviour)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("sim.Worker", {"Call": handler}),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -153,8 +153,10 @@ async def test_grpc_schedule_ejects_the_same_endpoints_simulated_and_real(anyio_
         try:
 
             async def call(endpoint: poise.Endpoint) -> bytes:
-                method = channels[endpoint.id].unary_unary("/sim.Worker/Call")
-                return await method(b"x", timeout=DEADLINE)  # type: ignore[no-any-return]
+                method: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channels[endpoint.id].unary_unary(
+                    "/sim.Worker/Call"
+                )
+                return await method(b"x", timeout=DEADLINE)
 
             lb = poise.LoadBalancer(
                 poise.StaticDiscovery([poise.Endpoint(name) for name in ports]),
