@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import poise_py as poise
 from poise_py import sim
 from poise_py.cli import main
+from poise_py.sim._observe import GrpcStatus, HttpStatus, Observation, Protocol, Refused, Stated, Timeout, exception_for
+from poise_py.sim._report import time_unit
 
 SMALL = """
 name = "small"
@@ -101,7 +110,7 @@ def test_scenario_errors_name_the_key(tmp_path: Path) -> None:
     bad.write_text('name = "x"\n[[endpoints]]\nid = "a"\nphases = [{ start = 0, fault = "sometimes" }]\n')
     with pytest.raises(poise.ConfigError) as info:
         sim.load_scenario(bad)
-    assert info.value.knob == "endpoints[0].phases[0].fault"
+    assert info.value.knob == f"{bad}: endpoints[0].phases[0].fault"
     with pytest.raises(poise.ConfigError):
         sim.load_scenario("no-such-scenario")
     bad.write_text("name = ")
@@ -192,3 +201,249 @@ def test_a_coordinated_fleet_run_is_deterministic_too(tmp_path: Path) -> None:
     coordinated = sim.run(scenario).results[-1]
     local = sim.run(scenario).results[0]
     assert coordinated.probes_to_dead < local.probes_to_dead
+
+
+# -- what the client observes -------------------------------------------------------------
+
+GRPC_CLASSIFY = poise.classify.grpc(marker=("wool-fault", "worker-internal"))
+
+
+@pytest.mark.parametrize(
+    ("protocol", "observation", "classifier", "expected"),
+    [
+        # A gRPC client's deadline is DEADLINE_EXCEEDED: TRANSIENT, as classify.grpc() says (not SUSPECT).
+        (Protocol.GRPC, Timeout(), GRPC_CLASSIFY, poise.Fault.TRANSIENT),
+        (Protocol.GRPC, Refused(), GRPC_CLASSIFY, poise.Fault.TRANSIENT),
+        (Protocol.GRPC, GrpcStatus(code="INTERNAL"), GRPC_CLASSIFY, poise.Fault.SUSPECT),
+        (
+            Protocol.GRPC,
+            GrpcStatus(code="INTERNAL", trailing=(("wool-fault", "worker-internal"),)),
+            GRPC_CLASSIFY,
+            poise.Fault.FATAL,
+        ),
+        (Protocol.HTTP, Timeout(), poise.classify.http(), poise.Fault.SUSPECT),
+        (Protocol.HTTP, Refused(), poise.classify.http(), poise.Fault.SUSPECT),
+        (Protocol.HTTP, HttpStatus(status=401), poise.classify.http(), poise.Fault.PERMANENT),
+        (Protocol.PLAIN, Timeout(), poise.default_classifier, poise.Fault.SUSPECT),
+        (Protocol.PLAIN, Refused(), poise.default_classifier, poise.Fault.SUSPECT),
+        (Protocol.PLAIN, Stated(fault=poise.Fault.FATAL), poise.default_classifier, poise.Fault.FATAL),
+        (Protocol.GRPC, Stated(fault=poise.Fault.FATAL), GRPC_CLASSIFY, poise.Fault.FATAL),
+    ],
+)
+def test_an_observation_is_classified_as_the_real_preset_classifies_it(
+    protocol: Protocol, observation: Observation, classifier: poise.classify.Classifier, expected: poise.Fault
+) -> None:
+    verdict = classifier(exception_for(observation, protocol))
+    fault = verdict.fault if isinstance(verdict, poise.Classification) else verdict
+    assert fault is expected
+
+
+def test_observations_are_the_client_libraries_own_exceptions() -> None:
+    import grpc.aio  # noqa: PLC0415
+    import httpx  # noqa: PLC0415
+
+    deadline = exception_for(Timeout(), Protocol.GRPC)
+    assert isinstance(deadline, grpc.aio.AioRpcError)
+    assert deadline.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    throttled = exception_for(HttpStatus(status=429, retry_after=60), Protocol.HTTP)
+    assert isinstance(throttled, httpx.HTTPStatusError)
+    assert poise.classify.http()(throttled) == poise.Classification(poise.Fault.TRANSIENT, retry_after=60.0)
+    assert isinstance(exception_for(Refused(), Protocol.HTTP), httpx.ConnectError)
+    assert isinstance(exception_for(Refused(), Protocol.PLAIN), ConnectionRefusedError)
+
+
+def test_the_grpc_pool_scenario_judges_its_workers_with_classify_grpc() -> None:
+    scenario = sim.load_scenario("grpc-worker-pool")
+    assert scenario.client.protocol is Protocol.GRPC
+    ids = {m.id for m in scenario.endpoints}
+    assert {"w6", "w7"} <= ids  # a worker that dies (refused) and one that black-holes
+    assert isinstance(next(m for m in scenario.endpoints if m.id == "w6").phase_at(1000).error, Refused)
+    assert isinstance(next(m for m in scenario.endpoints if m.id == "w7").phase_at(1000).error, Timeout)
+
+
+def test_former_builtin_names_are_accepted_as_aliases() -> None:
+    assert sim.load_scenario("seed-000-grpc-pool").name == "grpc-worker-pool"
+    assert sim.load_scenario("seed-001-llm-tiers").name == "llm-gateway"
+    assert sim.load_scenario("seed-002-fleet").name == "fleet-shared-breaker"
+
+
+def test_builtin_scenarios_speak_to_users_without_internal_labels() -> None:
+    for name in sim.builtin_names():
+        scenario = sim.load_scenario(name)
+        assert not re.search(r"seed[ -]?\d{3}|design [AB]|Poise's own", scenario.name + scenario.description), name
+
+
+# -- validation ---------------------------------------------------------------------------
+
+GOOD = {
+    "name": "t",
+    "traffic": {"rps": 10, "duration": 5, "attempts": 2},
+    "endpoints": [{"id": "a", "count": 2, "phases": [{"start": 0}, {"start": 2, "http": 503}]}],
+    "configurations": [{"name": "c", "circuit": {"window": {"kind": "time", "duration": 5.0}}}],
+}
+
+
+def mutated(path: tuple[object, ...], value: object) -> dict[str, Any]:
+    doc = copy.deepcopy(GOOD)
+    target: Any = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "knob"),
+    [
+        (("traffic", "rps"), -5, "traffic.rps"),
+        (("traffic", "rps"), 0, "traffic.rps"),
+        (("traffic", "rps"), float("nan"), "traffic.rps"),
+        (("traffic", "attempts"), 0, "traffic.attempts"),
+        (("traffic", "attempts"), 2.5, "traffic.attempts"),
+        (("traffic", "duration"), 10**400, "traffic.duration"),
+        (("traffic", "burst"), 3, "traffic.burst"),
+        (("endpoints", 0, "count"), 10**12, "endpoints[0].count"),
+        (("endpoints", 0, "count"), "4", "endpoints[0].count"),
+        (("endpoints", 0, "colour"), "red", "endpoints[0].colour"),
+        (("endpoints", 0, "phases", 1, "http"), 200, "endpoints[0].phases[1].http"),
+        (("endpoints", 0, "phases", 1, "grpc"), "INTERNAL", "endpoints[0].phases[1]."),
+        (("endpoints", 0, "phases", 1, "error_rate"), 2, "endpoints[0].phases[1].error_rate"),
+        (("configurations", 0, "circuit", "window", "kind"), "sliding", "configurations[0].circuit.window.kind"),
+        (
+            ("configurations", 0, "circuit", "escalation"),
+            {"backoff": "cubic"},
+            "configurations[0].circuit.escalation.backoff",
+        ),
+        (("configurations", 0, "circuit", "consecutive_failures"), "five", "configurations[0].circuit"),
+        (("configurations", 0, "policy"), "fastest", "configurations[0].policy"),
+        (("configurations", 0, "classifier"), "soap", "configurations[0].classifier"),
+        (("client",), {"protocol": "smtp"}, "client.protocol"),
+        (("seed",), "x", "seed"),
+    ],
+)
+def test_every_scenario_field_is_validated_up_front_naming_table_and_field(
+    path: tuple[object, ...], value: object, knob: str
+) -> None:
+    with pytest.raises(poise.ConfigError) as info:
+        sim.parse_scenario(mutated(path, value))
+    assert info.value.knob.startswith(knob), info.value.knob
+
+
+def test_a_bad_scenario_file_is_one_line_naming_the_file_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    for body in (
+        "[traffic]\nrps = -5\n",
+        "[traffic]\nattempts = 0\n",
+        '[traffic]\nrps = 10\n[[endpoints]]\nid = "a"\ncount = 100000000\n',
+        '[[endpoints]]\nid = "a"\ncount = "lots"\n',
+        '[[configurations]]\nname = "c"\ncircuit = { escalation = { backoff = "cubic" } }\n',
+        '[[configurations]]\nname = "c"\ncircuit = { window = { kind = "sliding" } }\n',
+    ):
+        bad.write_text('name = "bad"\n' + body + ("" if "[[endpoints]]" in body else '[[endpoints]]\nid = "a"\n'))
+        assert main(["simulate", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert str(bad) in err
+        assert "Traceback" not in err
+
+
+def test_plot_to_an_unwritable_path_fails_before_simulating(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the simulation ran")
+
+    monkeypatch.setattr(sim, "run", no_run)
+    assert main(["simulate", str(small), "--plot", str(tmp_path / "missing" / "t.png")]) == 2
+    assert main(["simulate", str(small), "--plot", str(tmp_path / "t.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2
+    assert not (tmp_path / "t.txt").exists()
+
+
+def test_json_into_a_closed_pipe_exits_quietly(small: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(  # noqa: S603 - our own CLI
+        [sys.executable, "-m", "poise_py.cli", "simulate", str(small), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=root,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before anything is written, like `| head -0`
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err
+    assert b"BrokenPipe" not in err
+    assert proc.returncode == 0
+
+
+def test_list_prints_whole_first_sentences(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(sim.builtin_names())
+    for line in lines:
+        name, summary = line.split(": ", 1)
+        assert summary.endswith("."), line
+        assert summary == sim.first_sentence(sim.load_scenario(name).description)
+    assert sim.first_sentence("Dies at t=20 s, e.g. classify.grpc() says so. Then more.") == (
+        "Dies at t=20 s, e.g. classify.grpc() says so."
+    )
+
+
+def test_the_time_axis_follows_the_scenario_text() -> None:
+    assert time_unit("w2 fails from minute 5 to minute 20", 1800) == (60.0, "minutes")
+    assert time_unit("dies at t=20 s and recovers at t=60 s", 120) == (1.0, "seconds")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    doc=st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.integers(min_value=-(10**400), max_value=10**400)
+        | st.floats()
+        | st.text(max_size=20),
+        lambda children: (
+            st.lists(children, max_size=4)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "name",
+                        "traffic",
+                        "endpoints",
+                        "id",
+                        "count",
+                        "phases",
+                        "rps",
+                        "attempts",
+                        "grpc",
+                        "http",
+                        "client",
+                        "configurations",
+                        "circuit",
+                        "window",
+                        "kind",
+                        "fleet",
+                        "discovery",
+                        "error_rate",
+                        "é\u200b",
+                    ]
+                )
+                | st.text(max_size=8),
+                children,
+                max_size=5,
+            )
+        ),
+        max_leaves=25,
+    )
+)
+def test_any_toml_like_document_is_one_config_error_or_a_valid_scenario(doc: object) -> None:
+    try:
+        scenario = sim.parse_scenario(doc)  # type: ignore[arg-type]
+    except poise.ConfigError:
+        return
+    assert scenario.endpoints
+    assert scenario.traffic.rps > 0

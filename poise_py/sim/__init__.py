@@ -30,5 +30,6 @@ from ._run import run as run
 from ._scenario import Scenario as Scenario
 from ._scenario import builtin_names as builtin_names
 from ._scenario import default_configurations as default_configurations
+from ._scenario import first_sentence as first_sentence
 from ._scenario import load_scenario as load_scenario
 from ._scenario import parse_scenario as parse_scenario

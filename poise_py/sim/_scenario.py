@@ -39,6 +39,7 @@ window) and poise_py's default configuration are always included.
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 import tomllib
 from collections.abc import Callable, Mapping
@@ -136,10 +137,9 @@ class Scenario:
 def first_sentence(text: str) -> str:
     """The first sentence of ``text``, on one line."""
     flat = " ".join(text.split())
-    for i, char in enumerate(flat):
-        if char in ".!?" and (i + 1 == len(flat) or flat[i + 1] == " "):
-            return flat[: i + 1]
-    return flat
+    # A sentence ends at . ! or ? before a capital letter ("e.g. classify" goes on).
+    match = re.search(r"[.!?](?= [A-Z0-9])", flat)
+    return flat if match is None else flat[: match.end()]
 
 
 def default_configurations() -> tuple[Configuration, ...]:
@@ -522,14 +522,11 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
     if traffic is None:
         traffic_value = Traffic()
     else:
-        traffic_value = _construct(
-            Traffic,
-            "traffic",
-            **{k: v for k, v in _plain(traffic).items() if k in _TRAFFIC_KEYS},
-        )
-        extra = sorted(set(traffic.data) - _TRAFFIC_KEYS)
-        if extra:
-            raise ConfigError(f"traffic.{extra[0]}", f"unknown key; known here: {sorted(_TRAFFIC_KEYS)}")
+        knobs = {key: traffic.number(key, None, open_low=True) for key in _TRAFFIC_NUMBERS}
+        knobs_int = {"attempts": traffic.integer("attempts", None, low=1, high=100)}
+        traffic.done()
+        given = {k: v for k, v in {**knobs, **knobs_int}.items() if v is not None}
+        traffic_value = _construct(Traffic, "traffic", **given)
     client = _client(top.table("client"))
     endpoints = _endpoints(top.raw("endpoints"))
     configurations = _configurations(top.raw("configurations"), client)
@@ -561,7 +558,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
     )
 
 
-_TRAFFIC_KEYS = frozenset({"rps", "duration", "timeout", "attempts", "sample_interval"})
+_TRAFFIC_NUMBERS = ("rps", "duration", "timeout", "sample_interval")
 
 
 def load_scenario(source: str | Path) -> Scenario:
