@@ -46,4 +46,4 @@ def test_attempts_below_one_are_a_config_error() -> None:
     with pytest.raises(poise.ConfigError, match="attempts"):
         RetryLoop(budget(), 0)
     with pytest.raises(poise.ConfigError, match="attempts"):
-        RetryLoop(budget(), True)  # type: ignore[arg-type]
+        RetryLoop(budget(), True)

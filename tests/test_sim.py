@@ -239,8 +239,8 @@ def test_an_observation_is_classified_as_the_real_preset_classifies_it(
 
 
 def test_observations_are_the_client_libraries_own_exceptions() -> None:
-    import grpc.aio  # noqa: PLC0415
-    import httpx  # noqa: PLC0415
+    import grpc.aio
+    import httpx
 
     deadline = exception_for(Timeout(), Protocol.GRPC)
     assert isinstance(deadline, grpc.aio.AioRpcError)
