@@ -4,7 +4,7 @@
 
     from poise_py import sim
 
-    scenario = sim.load_scenario("seed-000-grpc-pool")
+    scenario = sim.load_scenario("grpc-worker-pool")
     report = sim.run(scenario)
     for result in report.results:
         print(result.configuration, result.success_rate)
