@@ -3,13 +3,17 @@
 A scenario file::
 
     name = "my-pool"
-    description = "what it shows"
+    description = "What it shows, in whole sentences."
     seed = 1
+
+    [client]
+    protocol = "grpc"       # "grpc", "http" or "plain": what a timeout or refusal raises
+    marker = ["wool-fault", "worker-internal"]   # for classify.grpc(marker=...)
 
     [traffic]
     rps = 100
     duration = 600          # virtual seconds
-    timeout = 1.0
+    timeout = 1.0           # the client's per-attempt deadline
     attempts = 3
 
     [[endpoints]]
@@ -20,20 +24,25 @@ A scenario file::
     [[endpoints]]
     id = "broken"
     phases = [
-        { start = 0, error_rate = 0.0 },
-        { start = 120, error_rate = 1.0, fault = "suspect" },
-        { start = 400, error_rate = 0.0 },       # recovers
+        { start = 0, error_rate = 0.005, grpc = "INTERNAL" },
+        { start = 120, grpc = "INTERNAL", trailing = { "wool-fault" = "worker-internal" } },
+        { start = 300, refused = true },          # the process died
+        { start = 400, timeout = true },          # a black hole
+        { start = 500, error_rate = 0.0 },        # recovers
     ]
-    # also: flap = { period = 60, down = 20 }, rate_limit = { rps = 50, retry_after = 30 }
+    # HTTP: { http = 429, retry_after = 60 }; the client's own FaultError: { fault = "suspect" }
+    # also: flap = { period = 60, down = 20, http = 503 }, rate_limit = { rps = 50, retry_after = 30 }
 
     [[configurations]]      # optional: compared with the built-in baselines
     name = "aggressive"
     policy = "round_robin"
+    classifier = "default"  # optional: "grpc", "http" or "default" (else the client's)
     circuit = { consecutive_failures = 2, escalation = { base = 5 } }
 
 Every configuration runs on the same seeded traffic. The baselines (naive round-robin,
 first-strike permanent eviction, a consecutive-failures breaker with a constant open
-window) and poise_py's default configuration are always included.
+window) and poise_py's default configuration are always included. Every field is
+checked before anything runs; unknown keys are refused.
 """
 
 from __future__ import annotations
