@@ -90,6 +90,8 @@ from ._events import CircuitOpened as CircuitOpened
 from ._events import CoordinationFallback as CoordinationFallback
 from ._events import DiscoveryApplied as DiscoveryApplied
 from ._events import DiscoveryRejected as DiscoveryRejected
+from ._events import EndpointDegradationEnded as EndpointDegradationEnded
+from ._events import EndpointDegraded as EndpointDegraded
 from ._events import EndpointEjected as EndpointEjected
 from ._events import EndpointReadmitted as EndpointReadmitted
 from ._events import NoEligibleCleared as NoEligibleCleared

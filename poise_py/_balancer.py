@@ -184,6 +184,7 @@ class LoadBalancer:
             on_transition=self._on_transition,
             on_idle=self._on_idle,
             on_panic=self._on_panic,
+            on_degraded=self._on_degraded,
         )
         self._health: HealthRunner | None = None
         if health_check is not None:
@@ -664,6 +665,9 @@ class LoadBalancer:
         if self._coordinator is not None:
             self._coordinator.moved(state, transition)
         self._telemetry.on_transition(state, transition)
+
+    def _on_degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+        self._telemetry.degraded(state, degraded, self._clock())
 
     def _on_panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
         """A tier started or stopped panicking: PanicStarted / PanicEnded (logged by telemetry)."""

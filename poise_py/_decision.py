@@ -20,6 +20,9 @@ class DecisionMode(enum.Enum):
     PANIC = "panic"
     """From a tier whose healthy share fell under the panic threshold (``PanicMode.USE_ALL``):
     ejected and unhealthy endpoints included."""
+    DEGRADED = "degraded"
+    """From a tier's degraded endpoints (a trip ``max_ejection_percent`` refused): reserve
+    capacity, used only when the healthy endpoints of every tier lack capacity."""
 
 
 @attrs.frozen
@@ -29,7 +32,7 @@ class Decision:
     Decisions are interned: every permit with the same mode and tier shares one object.
 
     Attributes:
-        mode: HEALTHY, SPILLOVER or PANIC.
+        mode: HEALTHY, SPILLOVER, PANIC or DEGRADED.
         tier: the tier the endpoint was chosen from.
     """
 

@@ -266,7 +266,15 @@ async def _main(requests: int, seed: int, console: Console, *, live: bool) -> li
                     ),
                 },
             ),
-            ("naive round-robin", {"policy": poise.RoundRobin(), "classifier": _everything_transient}),
+            (
+                "naive round-robin",
+                {
+                    "policy": poise.RoundRobin(),
+                    "classifier": _everything_transient,
+                    # naive: a run of TRANSIENT faults must not eject either
+                    "circuit": poise.CircuitPolicy(consecutive_transient_failures=None),
+                },
+            ),
         ]
         for name, options in configs:
             lb = poise.LoadBalancer(poise.StaticDiscovery(endpoints), seed=seed, **options)

@@ -117,6 +117,38 @@ class EndpointReadmitted(BalancerEvent):
 
 
 @attrs.frozen(kw_only=True)
+class EndpointDegraded(BalancerEvent):
+    """``max_ejection_percent`` refused an endpoint's ejection: it is DEGRADED instead.
+
+    Its circuit stays CLOSED, but it leaves its tier's healthy set and becomes reserve
+    capacity, taking traffic only while the healthy endpoints lack capacity (decision
+    mode ``DEGRADED``). It is ejected as soon as the guard has room again.
+
+    Attributes:
+        endpoint_id: the endpoint.
+        cause: the trip the guard refused.
+    """
+
+    endpoint_id: str
+    cause: Cause | None
+
+
+@attrs.frozen(kw_only=True)
+class EndpointDegradationEnded(BalancerEvent):
+    """A degraded endpoint is no longer degraded.
+
+    Attributes:
+        endpoint_id: the endpoint.
+        ejected: True when it left by being ejected (the guard had room again, or another
+            move such as a Retry-After opening or a fleet's shared OPEN); False when it
+            is back in the healthy set (a success with no trip condition left, a reset).
+    """
+
+    endpoint_id: str
+    ejected: bool
+
+
+@attrs.frozen(kw_only=True)
 class DiscoveryApplied(BalancerEvent):
     """A discovery update was applied.
 

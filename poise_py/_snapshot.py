@@ -27,7 +27,7 @@ class EndpointCounters:
 
     Attributes:
         issued: permits issued.
-        selections: permits issued in each decision mode (HEALTHY, SPILLOVER, PANIC).
+        selections: permits issued in each decision mode (HEALTHY, SPILLOVER, PANIC, DEGRADED).
         successes: calls reported successful.
         faults: calls that ended with each fault tier.
         cancellations: permits that ended without an outcome (cancelled or dropped).
@@ -61,9 +61,12 @@ class EndpointSnapshot:
         eligible_reason: why it could not take a permit now, or None if it could.
         reopen_at: when an OPEN circuit becomes HALF_OPEN (balancer clock), else None.
         consecutive_failures: the current run of strikes.
-        escalation_level: ejections in the current episode (drives the open window).
+        escalation_level: the escalation level the next ejection would use (ejections in
+            the current episode, decayed while the circuit stays closed).
         counters: the observation counters.
         health: active health (``HealthCheck``), or None when the balancer has none.
+        degraded: whether ``max_ejection_percent`` refused its ejection, making it reserve
+            capacity (its circuit stays CLOSED; see ``DecisionMode.DEGRADED``).
     """
 
     endpoint: Endpoint
@@ -77,6 +80,7 @@ class EndpointSnapshot:
     escalation_level: int
     counters: EndpointCounters
     health: HealthSnapshot | None = None
+    degraded: bool = False
 
     @property
     def id(self) -> str:
@@ -95,6 +99,7 @@ class TierSnapshot:
         healthy: those that may take a permit now.
         share: the fraction of new traffic routed to the tier (0.0 to 1.0).
         panicking: whether the tier is in panic (its healthy share is under the threshold).
+        degraded: its degraded endpoints that could take a permit (reserve capacity).
     """
 
     tier: int
@@ -103,6 +108,7 @@ class TierSnapshot:
     healthy: int
     share: float
     panicking: bool
+    degraded: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -116,6 +122,7 @@ class PoolSnapshot:
         suppressed_ejections: trips held back by ``max_ejection_percent``, pool-wide.
         taken_at: the balancer clock's reading.
         tiers: each tier's routing state, lowest tier first.
+        degraded: endpoints degraded by ``max_ejection_percent`` (reserve capacity).
     """
 
     endpoints: tuple[EndpointSnapshot, ...]
@@ -124,6 +131,7 @@ class PoolSnapshot:
     suppressed_ejections: int
     taken_at: float
     tiers: tuple[TierSnapshot, ...] = ()
+    degraded: int = 0
 
     def __getitem__(self, endpoint_id: str) -> EndpointSnapshot:
         """The snapshot of one endpoint by id (KeyError if absent)."""
@@ -138,8 +146,14 @@ class PoolSnapshot:
         return len(self.endpoints)
 
 
-def endpoint_snapshot(pool: Pool, state: EndpointState, health: HealthView | None = None) -> EndpointSnapshot:
-    """Freeze one endpoint's state (``health`` gives its active-health view by id)."""
+def endpoint_snapshot(
+    pool: Pool, state: EndpointState, health: HealthView | None = None, *, now: float | None = None
+) -> EndpointSnapshot:
+    """Freeze one endpoint's state (``health`` gives its active-health view by id).
+
+    ``now`` decays the escalation level of a closed circuit to the one its next
+    ejection would use; without it the level is reported undecayed.
+    """
     circuit = state.circuit
     return EndpointSnapshot(
         endpoint=state.endpoint,
@@ -150,9 +164,10 @@ def endpoint_snapshot(pool: Pool, state: EndpointState, health: HealthView | Non
         eligible_reason=pool.refusal(state),
         reopen_at=circuit.next_deadline(),
         consecutive_failures=circuit.consecutive_failures,
-        escalation_level=circuit.level,
+        escalation_level=circuit.level if now is None else circuit.escalation_level(now),
         counters=endpoint_counters(state),
         health=None if health is None else health(state.endpoint.id),
+        degraded=circuit.degraded,
     )
 
 
@@ -180,7 +195,7 @@ def endpoint_counters(state: EndpointState) -> EndpointCounters:
 def pool_snapshot(pool: Pool, now: float, *, health: HealthView | None = None) -> PoolSnapshot:
     """Freeze the whole pool."""
     return PoolSnapshot(
-        endpoints=tuple(endpoint_snapshot(pool, s, health) for s in pool.members.values()),
+        endpoints=tuple(endpoint_snapshot(pool, s, health, now=now) for s in pool.members.values()),
         available=pool.available_count,
         ejected=pool.ejected_count,
         suppressed_ejections=pool.suppressed_ejections,
@@ -193,7 +208,9 @@ def pool_snapshot(pool: Pool, now: float, *, health: HealthView | None = None) -
                 healthy=t.healthy,
                 share=pool.router.shares.get(t.number, 0) / TRAFFIC_UNITS,
                 panicking=t.panicking,
+                degraded=t.reserve,
             )
             for t in pool.router.order
         ),
+        degraded=pool.degraded_count,
     )

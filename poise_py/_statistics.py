@@ -76,6 +76,7 @@ class BalancerStatistics:
         ejected: circuits OPEN or HALF_OPEN now.
         inflight: permits issued and not yet ended, pool-wide.
         taken_at: the balancer clock's reading.
+        degraded: endpoints degraded by ``max_ejection_percent`` now (reserve capacity).
     """
 
     pool: PoolCounters
@@ -85,3 +86,4 @@ class BalancerStatistics:
     ejected: int
     inflight: int
     taken_at: float
+    degraded: int = 0

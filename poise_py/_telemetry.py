@@ -46,6 +46,8 @@ from ._events import (
     CoordinationFallback,
     DiscoveryApplied,
     DiscoveryRejected,
+    EndpointDegradationEnded,
+    EndpointDegraded,
     EndpointEjected,
     EndpointReadmitted,
     NoEligibleCleared,
@@ -73,6 +75,8 @@ _EVENT_LEVEL: dict[type[BalancerEvent], int] = {
     NoEligiblePersisting: logging.ERROR,
     NoEligibleCleared: logging.INFO,
     CoordinationFallback: logging.WARNING,
+    EndpointDegraded: logging.WARNING,
+    EndpointDegradationEnded: logging.INFO,
 }
 # EndpointEjected / EndpointReadmitted are logged where they arise: as circuit moves, or
 # by the active health runner (one line per classification change).
@@ -361,8 +365,35 @@ class Telemetry:
                     event.endpoint_id,
                     event.error,
                 )
+            case EndpointDegraded():
+                log(
+                    level,
+                    (event.endpoint_id, "degraded"),
+                    event.at,
+                    "poise_py: endpoint %r degraded (%s): max_ejection_percent refused its ejection",
+                    event.endpoint_id,
+                    None if event.cause is None else event.cause.value,
+                )
+            case EndpointDegradationEnded():
+                log(
+                    level,
+                    (event.endpoint_id, "degraded"),
+                    event.at,
+                    "poise_py: endpoint %r no longer degraded (%s)",
+                    event.endpoint_id,
+                    "ejected" if event.ejected else "recovered",
+                )
             case _:
                 pass
+
+    def degraded(self, state: EndpointState, degraded: bool, now: float) -> None:  # noqa: FBT001
+        """The pool's ``on_degraded`` hook: EndpointDegraded / EndpointDegradationEnded."""
+        endpoint_id = state.endpoint.id
+        circuit = state.circuit
+        if degraded:
+            self.emit(EndpointDegraded(at=now, endpoint_id=endpoint_id, cause=circuit.degraded_cause))
+        else:
+            self.emit(EndpointDegradationEnded(at=now, endpoint_id=endpoint_id, ejected=circuit.state is not _C))
 
     def on_transition(self, state: EndpointState, transition: Transition) -> None:
         """The pool's ``on_transition`` hook: log the move, emit the circuit events."""
@@ -574,6 +605,7 @@ class Telemetry:
             ejected=pool.ejected_count,
             inflight=_sat(inflight),
             taken_at=now,
+            degraded=pool.degraded_count,
         )
 
 

@@ -308,16 +308,17 @@ async def test_hard_cap_retires_until_discovery_re_emits_the_endpoint(clock: Fak
         assert snap.counters.ejections == 0
 
 
-async def test_call_retries_a_transient_fault_elsewhere_without_a_strike(clock: FakeClock) -> None:
+async def test_call_retries_a_transient_fault_elsewhere_without_a_strike_until_a_run_ejects(clock: FakeClock) -> None:
     workers = Workers(clock)
     workers.broken["a"] = rpc_error(grpc.StatusCode.UNAVAILABLE)
     async with static_lb("a", "b", policy=poise.RoundRobin(), classifier=poise.classify.grpc(), clock=clock) as lb:
         results = [await lb.call(workers.dispatch) for _ in range(20)]
         assert set(results) == {"b"}
         snap = lb.snapshot()["a"]
-        assert snap.consecutive_failures == 0
-        assert snap.state is CircuitState.CLOSED
-        assert snap.counters.faults[Fault.TRANSIENT] > 0
+        assert snap.consecutive_failures == 0  # no strike
+        # ... but the default run of five TRANSIENT faults ejected the dead worker.
+        assert snap.state is CircuitState.OPEN
+        assert snap.counters.faults[Fault.TRANSIENT] == 5
 
 
 async def test_call_never_retries_a_caller_fault(clock: FakeClock) -> None:

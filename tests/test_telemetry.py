@@ -328,7 +328,12 @@ async def test_routing_counts_spillover_and_panic_and_healthy_is_the_rest(clock:
         count_selection(state, DecisionMode.PANIC)
         count_selection(state, DecisionMode.HEALTHY)  # derived: a no-op
         selections = lb.statistics().endpoints["a"].selections
-        assert selections == {DecisionMode.HEALTHY: 1, DecisionMode.SPILLOVER: 1, DecisionMode.PANIC: 1}
+        assert selections == {
+            DecisionMode.HEALTHY: 1,
+            DecisionMode.SPILLOVER: 1,
+            DecisionMode.PANIC: 1,
+            DecisionMode.DEGRADED: 0,
+        }
         state.mode_selections[1] = SATURATED
         count_selection(state, DecisionMode.SPILLOVER)
         assert state.mode_selections[1] == SATURATED

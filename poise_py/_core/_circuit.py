@@ -38,6 +38,7 @@ escalation, probe failures) stays local and is published by the coordinator. Unl
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable
 
 import attrs
@@ -63,6 +64,8 @@ class Cause(enum.Enum):
     """Why a circuit moved."""
 
     CONSECUTIVE_FAILURES = "consecutive_failures"
+    CONSECUTIVE_TRANSIENT = "consecutive_transient"
+    """A run of ``consecutive_transient_failures`` TRANSIENT faults with no success."""
     FAILURE_RATE = "failure_rate"
     SLOW_CALL_RATE = "slow_call_rate"
     FATAL = "fatal"
@@ -92,6 +95,7 @@ _C, _O, _H, _B, _R = (
 
 TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
     (_C, Cause.CONSECUTIVE_FAILURES): _O,
+    (_C, Cause.CONSECUTIVE_TRANSIENT): _O,
     (_C, Cause.FAILURE_RATE): _O,
     (_C, Cause.SLOW_CALL_RATE): _O,
     (_C, Cause.FATAL): _O,
@@ -120,6 +124,12 @@ TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
     (_H, Cause.SHARED_CLOSED): _C,
 }
 """Every legal move: (from, cause) -> to. Anything else raises ``LocalProtocolError``."""
+
+
+_RUN = 1 << 32
+"""One TRANSIENT fault in ``Circuit._consecutive`` (the TRANSIENT run is its high part)."""
+_LOW = _RUN - 1
+"""The SUSPECT run's mask; each run saturates at this many."""
 
 
 class LocalProtocolError(RuntimeError):
@@ -197,11 +207,14 @@ class Circuit:
     suppressed_ejections: int
     leased: bool
     probe_limit: int
+    degraded: bool
+    degraded_cause: Cause | None
 
     __slots__ = (
         "_closed_ticket",
         "_consecutive",
         "_probe_ticket",
+        "_slow_base",
         "_slow_limit",
         "_unit",
         "_volume",
@@ -209,6 +222,8 @@ class Circuit:
         "_window",
         "_window_timed",
         "closed_at",
+        "degraded",
+        "degraded_cause",
         "ejected_time",
         "ejections",
         "ejections_in_row",
@@ -236,7 +251,7 @@ class Circuit:
         )
         self._volume = 0
         self._volume_cap = window.size if isinstance(window, CountWindow) else 0
-        self._slow_limit = policy.slow_call_duration
+        self._slow_limit = self._slow_base = policy.slow_call_duration
         self._window_timed = isinstance(window, TimeWindow)
         self.state = CircuitState.CLOSED
         self.epoch = 0
@@ -248,6 +263,8 @@ class Circuit:
         self.probes_in_flight = 0
         self.probe_successes = 0
         self._consecutive = 0
+        """Both runs in one int (SUSPECT in the low 32 bits, TRANSIENT above), so the
+        pool's inlined success path ends both with one store."""
         self.level = 0
         self.closed_at = now
         self.ejections_in_row = 0
@@ -255,6 +272,10 @@ class Circuit:
         self.ejections = 0
         self.stale_results = 0
         self.suppressed_ejections = 0
+        self.degraded = False
+        """A trip ``max_ejection_percent`` refused: CLOSED, but reserve capacity only."""
+        self.degraded_cause: Cause | None = None
+        """The refused trip's cause while degraded (used if it is ejected later)."""
 
     # -- queries -----------------------------------------------------------------------
 
@@ -276,8 +297,19 @@ class Circuit:
 
     @property
     def consecutive_failures(self) -> int:
-        """The current run of SUSPECT faults."""
-        return self._consecutive
+        """The current run of SUSPECT (and FATAL) faults."""
+        return self._consecutive & _LOW
+
+    @property
+    def consecutive_transient_failures(self) -> int:
+        """The current run of TRANSIENT faults (a success ends it; other faults do not)."""
+        return self._consecutive >> 32
+
+    def escalation_level(self, now: float) -> int:
+        """The level the next ejection would use: decayed while the circuit stays CLOSED."""
+        if self.state is _C:
+            return self.policy.escalation.decayed(self.level, now - self.closed_at)
+        return self.level
 
     def refusal(self) -> IneligibleReason | None:
         """Why :meth:`try_acquire` would refuse now (ignoring due timers), or None."""
@@ -496,30 +528,78 @@ class Circuit:
             self._add(flags, now)
             if flags and policy.slow_call_rate is not None:
                 return self._maybe_trip(now, retry_after, may_eject=may_eject)
+            if self.degraded and self._trip_cause(now) is None:
+                self._set_degraded(None)  # the refused trip's condition no longer holds
             return None
         if fault is Fault.SUSPECT:
-            self._consecutive += 1
+            self._strike()
             self._add(flags | FAILED, now)
             return self._maybe_trip(now, retry_after, may_eject=may_eject)
         if fault is Fault.FATAL:
-            self._consecutive += 1
+            self._strike()
             self._add(flags | FAILED, now)
             if not may_eject:
-                self.suppressed_ejections += 1
+                self._suppress(Cause.FATAL)
                 return self._retry_after_open(now, retry_after)
             return self._eject(Cause.FATAL, now, retry_after)
         if fault is Fault.PERMANENT:
             return self._move(Cause.PERMANENT, now)
         if fault is Fault.TRANSIENT:
+            run = self._transient()
+            n = policy.consecutive_transient_failures
+            if n is not None and run >= n:
+                if not may_eject:
+                    self._suppress(Cause.CONSECUTIVE_TRANSIENT)
+                    return self._retry_after_open(now, retry_after)
+                return self._eject(Cause.CONSECUTIVE_TRANSIENT, now, retry_after)
             return self._retry_after_open(now, retry_after)
         return None  # CALLER: no effect on health
+
+    def _suppress(self, cause: Cause) -> None:
+        """``max_ejection_percent`` refused a trip: count it, and degrade (a later cause wins)."""
+        self.suppressed_ejections += 1
+        self._set_degraded(cause)
+
+    def _set_degraded(self, cause: Cause | None) -> None:
+        """Degrade for ``cause``, or (None) stop being degraded.
+
+        While degraded every success takes the pool's long path (an infinite slow limit)
+        so it can end the degradation.
+        """
+        self.degraded = cause is not None
+        self.degraded_cause = cause
+        self._slow_limit = -math.inf if cause is not None else self._slow_base
+
+    def eject_degraded(self, now: float) -> Transition | None:
+        """Eject a degraded circuit now that ``max_ejection_percent`` allows it; else None.
+
+        The pool calls this when an ejection ends and the guard has room again: the
+        refused trip is carried out (with escalation, jitter and the hard cap).
+        """
+        cause = self.degraded_cause
+        if not self.degraded or cause is None or self.state is not _C:
+            return None
+        return self._eject(cause, now, None)
+
+    def _strike(self) -> None:
+        """One more SUSPECT or FATAL fault in the run (saturating)."""
+        runs = self._consecutive
+        if runs & _LOW < _LOW:
+            self._consecutive = runs + 1
+
+    def _transient(self) -> int:
+        """One more TRANSIENT fault in its run (saturating); returns the run."""
+        runs = self._consecutive
+        if runs >> 32 < _LOW:
+            runs = self._consecutive = runs + _RUN
+        return runs >> 32
 
     def _maybe_trip(self, now: float, retry_after: float | None, *, may_eject: bool) -> Transition | None:
         cause = self._trip_cause(now)
         if cause is None:
             return self._retry_after_open(now, retry_after)
         if not may_eject:
-            self.suppressed_ejections += 1
+            self._suppress(cause)
             return self._retry_after_open(now, retry_after)
         return self._eject(cause, now, retry_after)
 
@@ -529,7 +609,7 @@ class Circuit:
         if volume < policy.minimum_volume:
             return None
         n = policy.consecutive_failures
-        if n is not None and self._consecutive >= n:
+        if n is not None and self._consecutive & _LOW >= n:
             return Cause.CONSECUTIVE_FAILURES
         rate = policy.failure_rate
         if rate is not None and failures >= rate * volume:
@@ -570,6 +650,7 @@ class Circuit:
 
     def _record_probe(self, fault: Fault | None, now: float, retry_after: float | None) -> Transition | None:
         if fault is None:
+            self._consecutive = 0
             self.probe_successes += 1
             if self.leased:
                 # The slot was one fleet lease, now spent; the fleet counts the success.
@@ -583,6 +664,12 @@ class Circuit:
         if fault is Fault.PERMANENT:
             return self._move(Cause.PERMANENT, now)
         if fault is Fault.TRANSIENT:
+            # The run did not end at the ejection: a TRANSIENT probe that completes it
+            # fails the probe like a strike would.
+            run = self._transient()
+            n = self.policy.consecutive_transient_failures
+            if n is not None and run >= n:
+                return self._eject(Cause.PROBE_FAILED, now, retry_after)
             return self._retry_after_open(now, retry_after)
         return None  # CALLER
 
@@ -606,6 +693,8 @@ class Circuit:
         epoch = self.epoch + 1
         self.epoch = epoch
         self.state = target
+        if self.degraded:
+            self._set_degraded(None)
         self._closed_ticket = ticket(epoch, probe=False)
         self._probe_ticket = ticket(epoch, probe=True)
         self.probes_in_flight = 0

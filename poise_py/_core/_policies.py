@@ -14,7 +14,7 @@ each change, so a pick never scans:
 * ``joined(state)`` / ``left(state)``: the scope's *membership* (every live endpoint homed
   there, eligible or not) changed; only consistent hashing builds on it;
 * ``attach(scope)``: called once with the scope the picker serves (its ``instant``, the
-  pool's latest clock reading, and whether it is a panic scope).
+  pool's latest clock reading, and whether it is a panic or a degraded scope).
 
 | policy | pick | structure | weights |
 |---|---|---|---|
@@ -496,13 +496,15 @@ class ConsistentHash:
 
 
 class _HashPicker:
-    __slots__ = ("_den", "_num", "_panic", "_unit", "_weight", "table")
+    __slots__ = ("_degraded", "_den", "_num", "_panic", "_unit", "_weight", "table")
 
     def __init__(self, unit: Callable[[], float], table_size: int, balance_factor: float | None) -> None:
         self._unit = unit
         self.table = MaglevTable(table_size)
         self._panic = False
         """Whether candidacy is ``state.ppos >= 0`` (a panic scope) rather than ``state.pos >= 0``."""
+        self._degraded = False
+        """Whether candidacy is ``state.dpos >= 0`` (a degraded scope)."""
         self._weight = 0
         """The candidates' total weight."""
         if balance_factor is None:
@@ -512,6 +514,7 @@ class _HashPicker:
 
     def attach(self, scope: Scope) -> None:
         self._panic = scope.panic
+        self._degraded = scope.degraded
 
     def joined(self, state: EndpointState) -> None:
         self.table.add(state)
@@ -527,7 +530,7 @@ class _HashPicker:
 
     def is_candidate(self, state: EndpointState) -> bool:
         """Whether a table member may take the call now (members of this scope only)."""
-        return (state.ppos if self._panic else state.pos) >= 0
+        return (state.ppos if self._panic else state.dpos if self._degraded else state.pos) >= 0
 
     def _room(self, loads: Loads) -> Callable[[EndpointState], bool] | None:
         """The bounded-load test for this pick, or None when no bound applies."""
@@ -549,7 +552,9 @@ class _HashPicker:
         h = key_hash(key)
         room = self._room(loads) if self._num else None
         state = slots[h % len(slots)]
-        if (state.ppos if self._panic else state.pos) >= 0 and (room is None or room(state)):
+        if (state.ppos if self._panic else state.dpos if self._degraded else state.pos) >= 0 and (
+            room is None or room(state)
+        ):
             return state
         found = self._walk(slots, h, candidates, room, ())
         if found is None:

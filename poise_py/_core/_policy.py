@@ -39,6 +39,10 @@ class CircuitPolicy:
     Attributes:
         consecutive_failures: trip after this many SUSPECT faults in a row (a success
             resets the run); ``None`` disables the condition.
+        consecutive_transient_failures: trip after this many TRANSIENT faults with no
+            success in between (their own run: a SUSPECT fault does not end it, nor a
+            TRANSIENT one the SUSPECT run); one TRANSIENT fault never trips. ``None``
+            disables the condition. Envoy's ``consecutive_gateway_failure``.
         failure_rate: trip when failures / volume over the window reaches this fraction;
             ``None`` (default) disables it.
         slow_call_rate: trip when slow calls / volume reaches this fraction; needs
@@ -57,6 +61,7 @@ class CircuitPolicy:
     """
 
     consecutive_failures: int | None = 5
+    consecutive_transient_failures: int | None = 5
     failure_rate: float | None = None
     slow_call_rate: float | None = None
     slow_call_duration: float | None = None
@@ -81,6 +86,12 @@ class CircuitPolicy:
 
     def __attrs_post_init__(self) -> None:
         _check_count("CircuitPolicy.consecutive_failures", self.consecutive_failures, optional=True)
+        n = self.consecutive_transient_failures
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 2):
+            raise ConfigError(
+                "CircuitPolicy.consecutive_transient_failures",
+                f"must be an int >= 2 (one TRANSIENT fault never ejects) or None, got {n!r}",
+            )
         _check_rate("CircuitPolicy.failure_rate", self.failure_rate)
         _check_rate("CircuitPolicy.slow_call_rate", self.slow_call_rate)
         if self.slow_call_duration is not None:

@@ -36,6 +36,8 @@ Selection: TypeAlias = tuple[EndpointState, Ticket, float, Decision]
 """What :meth:`Pool.select` returns: the endpoint, its ticket, the clock reading, the decision."""
 LeaveHook: TypeAlias = Callable[[EndpointState], None]
 IdleHook: TypeAlias = Callable[[EndpointState], None]
+DegradedHook: TypeAlias = Callable[[EndpointState, bool], None]
+"""Called with ``(state, True)`` when an endpoint becomes degraded, ``False`` when it stops."""
 ProbeHook: TypeAlias = Callable[[EndpointState], None]
 
 _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
@@ -65,6 +67,10 @@ def _ignore_idle(state: EndpointState) -> None:
     return None
 
 
+def _ignore_degraded(state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+    return None
+
+
 def _ignore_panic(tier: int, *, started: bool, healthy_share: float) -> None:
     return None
 
@@ -88,6 +94,8 @@ class Pool:
         on_idle: called when the last permit of an endpoint that takes no new ones ends
             (``LoadBalancer.drained``).
         on_panic: called with ``(tier, started)`` when a tier starts or stops panicking.
+        on_degraded: called with ``(state, degraded)`` when an endpoint becomes degraded
+            (``max_ejection_percent`` refused its trip) or stops being degraded.
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
@@ -109,6 +117,7 @@ class Pool:
         on_transition: TransitionHook = _ignore,
         on_idle: IdleHook = _ignore_idle,
         on_panic: PanicHook = _ignore_panic,
+        on_degraded: DegradedHook = _ignore_degraded,
     ) -> None:
         self.circuit_policy = circuit
         self._rng = rng
@@ -145,6 +154,9 @@ class Pool:
         self._allowance = 1
         self.on_transition = on_transition
         self.on_idle = on_idle
+        self.on_degraded = on_degraded
+        self._degraded: dict[EndpointState, None] = {}
+        """Degraded endpoints, longest degraded first: the next to eject when the guard has room."""
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
         self.suppressed_ejections = 0
@@ -181,6 +193,9 @@ class Pool:
             if state.was_ejected:
                 self._ejected -= 1
                 state.was_ejected = False
+            if state.was_degraded:
+                state.was_degraded = False
+                del self._degraded[state]
             if self.on_leave is not None:
                 self.on_leave(state)
         for endpoint in updated:
@@ -203,12 +218,13 @@ class Pool:
                 # A latency-measuring policy needs every success's latency: an inline slow
                 # limit of -inf sends each success the long way, through _record, which
                 # feeds the policy. (The circuit's own slow-call rule reads its policy.)
-                circuit._slow_limit = -math.inf
+                circuit._slow_limit = circuit._slow_base = -math.inf
             state = EndpointState(endpoint, circuit)
             members[endpoint.id] = state
             self._attach(state)
         self._allowance = ejection_allowance(len(members), self.circuit_policy.max_ejection_percent)
         self._replan()
+        self._promote(now)
 
     def check_weights(self, added: Iterable[Endpoint], removed: Iterable[str], updated: Iterable[Endpoint]) -> int:
         """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
@@ -429,6 +445,7 @@ class Pool:
             if not state.live:
                 return
         before = circuit.suppressed_ejections
+        degraded = circuit.degraded
         transition = circuit.record(
             ticket,
             fault,
@@ -441,6 +458,8 @@ class Pool:
             self.suppressed_ejections = sat_add(self.suppressed_ejections)
         if transition is not None:
             self._moved(state, transition)
+        elif circuit.degraded is not degraded:
+            self._sync(state)
         elif ticket.probe:
             self._sync(state)
             if self.on_probe_result is not None and ticket.epoch == circuit.epoch:
@@ -570,6 +589,19 @@ class Pool:
             heapq.heappush(self._deadlines, (transition.reopen_at, self._seq, state, transition.epoch))
         self._sync(state)
         self.on_transition(state, transition)
+        if self._degraded and self._ejected < self._allowance:
+            self._promote(transition.at)
+
+    def _promote(self, now: float) -> None:
+        """While the guard has room, eject degraded endpoints, longest degraded first."""
+        degraded = self._degraded
+        while degraded and self._ejected < self._allowance:
+            state = next(iter(degraded))
+            transition = state.circuit.eject_degraded(now)
+            if transition is None:  # not CLOSED any more: the pool's view was stale
+                self._sync(state)
+                continue
+            self._moved(state, transition)
 
     def _sync(self, state: EndpointState) -> None:
         """Bring ``state``'s routing membership in line with its circuit and admin status."""
@@ -582,6 +614,14 @@ class Pool:
         if ejected != state.was_ejected:
             state.was_ejected = ejected
             self._ejected += 1 if ejected else -1
+        degraded = circuit.degraded
+        if degraded is not state.was_degraded:
+            state.was_degraded = degraded
+            if degraded:
+                self._degraded[state] = None
+            else:
+                del self._degraded[state]
+            self.on_degraded(state, degraded)
         admin = state.admin
         home = state.home
         assert home is not None  # noqa: S101 - every live state has a home
@@ -592,6 +632,13 @@ class Pool:
             state.counted = counted
             home.capacity += 1 if counted else -1
         available = circuit.accepting and _gate(state) is None
+        reserve = available and degraded
+        if reserve != (state.dpos >= 0):
+            if reserve:
+                home.tier.degraded.add(state)
+            else:
+                home.tier.degraded.remove(state)
+        available = available and not degraded
         if available != (state.pos >= 0):
             if available:
                 home.add(state)
@@ -624,6 +671,8 @@ class Pool:
         assert home is not None  # noqa: S101 - every live state has a home
         if state.pos >= 0:
             home.remove(state)
+        if state.dpos >= 0:
+            home.tier.degraded.remove(state)
         if state.counted:
             state.counted = False
             home.capacity -= 1
@@ -653,8 +702,13 @@ class Pool:
 
     @property
     def available_count(self) -> int:
-        """How many endpoints may take a permit now."""
-        return sum(tier.healthy for tier in self.router.order)
+        """How many endpoints may take a permit now (degraded ones included)."""
+        return sum(tier.healthy + tier.reserve for tier in self.router.order)
+
+    @property
+    def degraded_count(self) -> int:
+        """How many endpoints are degraded (a trip ``max_ejection_percent`` refused)."""
+        return len(self._degraded)
 
     @property
     def may_eject(self) -> bool:

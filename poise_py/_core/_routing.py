@@ -167,6 +167,7 @@ def decision(mode: DecisionMode, tier: int) -> Decision:
 _HEALTHY = DecisionMode.HEALTHY
 _SPILLOVER = DecisionMode.SPILLOVER
 _PANIC = DecisionMode.PANIC
+_DEGRADED = DecisionMode.DEGRADED
 
 
 class InflightView:
@@ -225,6 +226,8 @@ class Scope:
 
     panic = False
     """Whether this is a tier's panic scope (its positions are ``state.ppos``)."""
+    degraded = False
+    """Whether this is a tier's degraded scope (its positions are ``state.dpos``)."""
 
     def __init__(self, tier: Tier, policy: Policy, rng: random.Random, instant: Instant, *, local: bool) -> None:
         self.tier = tier
@@ -327,6 +330,50 @@ class PanicScope(Scope):
             self._removed(state, pos, moved)
 
 
+class DegradedScope(Scope):
+    """A tier's degraded endpoints, by ``state.dpos``: reserve capacity.
+
+    Its members are exactly its candidates (an endpoint joins when it is degraded and
+    could take a permit, and leaves when either stops), so a hash table over them holds
+    only degraded endpoints.
+    """
+
+    __slots__ = ()
+
+    degraded = True
+
+    def _view(self) -> Loads:
+        return InflightView(self.candidates)
+
+    def __repr__(self) -> str:
+        return f"<DegradedScope tier={self.tier.number} {len(self.candidates)}>"
+
+    def add(self, state: EndpointState) -> None:
+        """Make ``state`` a degraded candidate (and member)."""
+        self.join(state)
+        self.capacity += 1
+        pos = state.dpos = len(self.candidates)
+        self.candidates.append(state)
+        if self._added is not None:
+            self._added(state, pos)
+
+    def remove(self, state: EndpointState) -> None:
+        """Stop ``state`` being a degraded candidate (and member)."""
+        pos = state.dpos
+        candidates = self.candidates
+        last = candidates.pop()
+        moved = None
+        if last is not state:
+            candidates[pos] = last
+            last.dpos = pos
+            moved = last
+        state.dpos = -1
+        if self._removed is not None:
+            self._removed(state, pos, moved)
+        self.capacity -= 1
+        self.leave(state)
+
+
 class Tier:
     """One priority level: its home scopes (local, and remote with a zone preference) and panic scope."""
 
@@ -335,9 +382,10 @@ class Tier:
     local: Scope
     remote: Scope | None
     panic: PanicScope | None
+    degraded: DegradedScope
     panicking: bool
 
-    __slots__ = ("local", "number", "panic", "panicking", "remote")
+    __slots__ = ("degraded", "local", "number", "panic", "panicking", "remote")
 
     def __init__(
         self,
@@ -353,6 +401,7 @@ class Tier:
         self.local = Scope(self, policy, rng, instant, local=True)
         self.remote = Scope(self, policy, rng, instant, local=False) if zoned else None
         self.panic = PanicScope(self, policy, rng, instant, local=True) if panic else None
+        self.degraded = DegradedScope(self, policy, rng, instant, local=True)
         self.panicking = False
 
     def __repr__(self) -> str:
@@ -367,6 +416,11 @@ class Tier:
         """Candidates across the home scopes."""
         remote = self.remote
         return len(self.local.candidates) + (len(remote.candidates) if remote is not None else 0)
+
+    @property
+    def reserve(self) -> int:
+        """Degraded candidates: endpoints used only when healthy capacity is short."""
+        return len(self.degraded.candidates)
 
     @property
     def capacity(self) -> int:
@@ -493,16 +547,28 @@ class Router:
         factor = self._factor
         preferred: Tier | None = None
         healths = []
+        reserves = []
         for tier in order:
             capacity = tier.capacity
             if preferred is None and capacity:
                 preferred = tier
-            healths.append(health(tier.healthy, capacity, factor))
-        shares = distribute(healths)
-        combined = min(TRAFFIC_UNITS, sum(healths))
+            h = health(tier.healthy, capacity, factor)
+            healths.append(h)
+            # Envoy's degraded load: what the tier's healthy endpoints leave, up to the
+            # degraded endpoints' own (overprovisioned) health, after every tier's
+            # healthy load.
+            reserve = tier.reserve
+            reserves.append(min(TRAFFIC_UNITS - h, health(reserve, capacity, factor)) if reserve else 0)
+        n = len(order)
+        if any(reserves):
+            levels = distribute(healths + reserves)
+            shares, degraded = levels[:n], levels[n:]
+        else:
+            shares, degraded = distribute(healths), reserves
+        combined = min(TRAFFIC_UNITS, sum(healths) + sum(reserves))
         self._flag_panic(combined)
         routes: list[Route] = []
-        self.shares = {tier.number: share for tier, share in zip(order, shares, strict=True)}
+        self.shares = {tier.number: share + extra for tier, share, extra in zip(order, shares, degraded, strict=True)}
         if not combined:
             if self._use_all:
                 for tier in order:
@@ -523,6 +589,13 @@ class Router:
                 for part, scope in self._split(tier, share):
                     cum += part
                     routes.append((cum, scope, self._decision(tier, scope, preferred), tier))
+            for tier, share in zip(order, degraded, strict=True):
+                if share and not tier.panicking:
+                    cum += share
+                    routes.append((cum, tier.degraded, decision(_DEGRADED, tier.number), tier))
+                elif share:  # a panicking tier's reserve goes where the tier's traffic goes
+                    cum += share
+                    routes.append((cum, tier.panic if self._use_all else None, decision(_PANIC, tier.number), tier))
         self.routes = routes
         only = routes[0] if len(routes) == 1 else None
         self.fast = only[1] if only is not None and only[2].mode is _HEALTHY and type(only[1]) is Scope else None
@@ -534,11 +607,15 @@ class Router:
         for tier in self.order:
             capacity = tier.capacity
             flag = (
-                panic is not None and combined < TRAFFIC_UNITS and capacity > 0 and tier.healthy * den < num * capacity
+                panic is not None
+                and combined < TRAFFIC_UNITS
+                and capacity > 0
+                and (tier.healthy + tier.reserve) * den < num * capacity
             )
             if flag != tier.panicking:
                 tier.panicking = flag
-                self.on_panic(tier.number, started=flag, healthy_share=tier.healthy / capacity if capacity else 0.0)
+                share = (tier.healthy + tier.reserve) / capacity if capacity else 0.0
+                self.on_panic(tier.number, started=flag, healthy_share=share)
 
     def _split(self, tier: Tier, share: int) -> list[tuple[int, Scope]]:
         """The tier's share between its local and remote scopes (same spill rule)."""
@@ -570,6 +647,7 @@ class Router:
                     order.append((tier.panic, decision(_PANIC, tier.number)))
                 continue
             order.extend((scope, self._decision(tier, scope, preferred)) for scope in tier.scopes())
+        order.extend((tier.degraded, decision(_DEGRADED, tier.number)) for tier in self.order if not tier.panicking)
         return order
 
     def choose(self, u: int) -> Route:

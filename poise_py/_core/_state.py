@@ -58,6 +58,8 @@ class EndpointState:
     home: Scope | None
     loads: list[int]
     ppos: int
+    dpos: int
+    was_degraded: bool
     counted: bool
     successes: int
     faults: list[int]
@@ -71,6 +73,7 @@ class EndpointState:
         "cancellations",
         "circuit",
         "counted",
+        "dpos",
         "endpoint",
         "ewma",
         "ewma_at",
@@ -88,6 +91,7 @@ class EndpointState:
         "resource",
         "stale",
         "successes",
+        "was_degraded",
         "was_ejected",
     )
 
@@ -110,6 +114,10 @@ class EndpointState:
         """``home.loads``: where the hot path stores ``inflight`` at ``pos``."""
         self.ppos = -1
         """Position among its tier's panic candidates, or -1."""
+        self.dpos = -1
+        """Position among its tier's degraded candidates, or -1."""
+        self.was_degraded = False
+        """Whether the pool counts it as degraded (its circuit's flag, as last synced)."""
         self.counted = False
         """Whether it counts in its scope's capacity (an operator has not taken it out)."""
         self.successes = 0
@@ -118,7 +126,7 @@ class EndpointState:
         self.probes = 0
         self.stale = 0
         self.mode_selections = [0] * len(MODE_INDEX)
-        """Selections made in SPILLOVER and PANIC mode (the HEALTHY slot stays 0): the
+        """Selections made in SPILLOVER, PANIC and DEGRADED mode (the HEALTHY slot stays 0): the
         routing path counts them with :func:`count_selection`; HEALTHY selections are
         derived (issued minus these), so the healthy fast path counts nothing extra."""
         self.readiness: IneligibleReason | None = None

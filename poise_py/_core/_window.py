@@ -141,4 +141,11 @@ class _TimeWindow:
         return volume, failures, slow
 
     def clear(self) -> None:
-        self._epochs = [-1] * self._n
+        # The counts go too: ``counts`` keeps any bucket whose tick is not older than the
+        # window, and while the clock reads under one window's duration a cleared tick
+        # of -1 is not.
+        n = self._n
+        self._epochs = [-1] * n
+        self._volume = [0] * n
+        self._failures = [0] * n
+        self._slow = [0] * n
