@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import subprocess
@@ -50,6 +51,12 @@ circuit = { consecutive_failures = 2, minimum_volume = 1, escalation = { base = 
 """
 
 
+@functools.cache
+def builtin_report(name: str) -> sim.Report:
+    """One run of a built-in scenario per test session (the simulator is deterministic)."""
+    return sim.run(sim.load_scenario(name))
+
+
 @pytest.fixture
 def small(tmp_path: Path) -> Path:
     path = tmp_path / "small.toml"
@@ -91,7 +98,7 @@ def test_a_breaker_ejects_the_dead_endpoint_and_readmits_it_after_recovery(small
 
 
 def test_seed_000_headlines() -> None:
-    report = sim.run(sim.load_scenario("grpc-worker-pool"))
+    report = builtin_report("grpc-worker-pool")
     ours, *baselines = report.results
     assert ours.configuration == "poise_py default"
     for other in baselines:
@@ -138,7 +145,7 @@ def test_cli_simulate_table_and_list(small: Path, capsys: pytest.CaptureFixture[
 
 
 def test_seed_002_coordinated_backoff_probes_a_dead_dependency_far_less() -> None:
-    report = sim.run(sim.load_scenario("fleet-shared-breaker"))
+    report = builtin_report("fleet-shared-breaker")
     by_name = {r.configuration: r for r in report.results}
     local = by_name["poise_py default"]
     coordinated = by_name["poise_py coordinated"]
@@ -149,7 +156,7 @@ def test_seed_002_coordinated_backoff_probes_a_dead_dependency_far_less() -> Non
 
 
 def test_discovery_churn_last_known_good_outlives_a_dead_publisher() -> None:
-    report = sim.run(sim.load_scenario("discovery-churn"))
+    report = builtin_report("discovery-churn")
     by_name = {r.configuration: r for r in report.results}
     last_known_good = by_name["poise_py default"]
     fail_closed = by_name["poise_py fail-closed"]
@@ -161,7 +168,7 @@ def test_discovery_churn_last_known_good_outlives_a_dead_publisher() -> None:
 
 
 def test_seed_001_tier_waterfall_keeps_serving_through_rate_limits_and_a_revoked_key() -> None:
-    report = sim.run(sim.load_scenario("llm-gateway"))
+    report = builtin_report("llm-gateway")
     ours, naive, first_strike, _constant = report.results
     assert ours.success_rate > 0.999
     assert ours.success_rate > naive.success_rate
@@ -447,3 +454,40 @@ def test_any_toml_like_document_is_one_config_error_or_a_valid_scenario(doc: obj
         return
     assert scenario.endpoints
     assert scenario.traffic.rps > 0
+
+
+# -- the goal: the default wins every multi-endpoint scenario ------------------------------
+
+DEFAULT = "poise_py default"
+BASELINES = ("naive round-robin", "first-strike eviction", "constant-window breaker")
+GOAL_SCENARIOS = [
+    pytest.param("grpc-worker-pool", id="grpc-worker-pool"),
+    pytest.param("llm-gateway", id="llm-gateway"),
+    pytest.param(
+        "discovery-churn",
+        id="discovery-churn",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="after the publisher dies, 5 of the 6 last-known members are gone; the 50% ejection "
+            "guard keeps the un-ejected ones as degraded reserve, which still takes the load the one "
+            "live member cannot (first-strike and the constant-window breaker have no guard)",
+        ),
+    ),
+]
+
+
+def test_the_goal_covers_every_builtin_scenario_with_more_than_one_endpoint() -> None:
+    multi = {n for n in sim.builtin_names() if len(sim.load_scenario(n).endpoints) > 1}
+    # The fleet's shared breaker (one dependency) is the coordination work's goal.
+    assert multi == {p.values[0] for p in GOAL_SCENARIOS}
+
+
+@pytest.mark.parametrize("name", GOAL_SCENARIOS)
+def test_the_default_succeeds_at_least_as_often_as_every_baseline_and_probes_the_dead_no_more_than_the_constant_window_breaker(
+    name: str,
+) -> None:
+    by_name = {r.configuration: r for r in builtin_report(name).results}
+    ours = by_name[DEFAULT]
+    for baseline in BASELINES:
+        assert ours.successes >= by_name[baseline].successes, baseline
+    assert ours.probes_to_dead <= by_name["constant-window breaker"].probes_to_dead
