@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -491,3 +492,39 @@ def test_the_default_succeeds_at_least_as_often_as_every_baseline_and_probes_the
     for baseline in BASELINES:
         assert ours.successes >= by_name[baseline].successes, baseline
     assert ours.probes_to_dead <= by_name["constant-window breaker"].probes_to_dead
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.one_of(
+        st.text(max_size=200),
+        st.builds(
+            lambda depth, number, key: (
+                f'name = "x"\n[traffic]\nrps = {number}\n[[endpoints]]\nid = "{key}"\nphases = '
+                + "[" * depth
+                + "]" * depth
+                + "\n"
+            ),
+            st.integers(min_value=0, max_value=3000),
+            st.integers(min_value=-(10**30), max_value=10**30) | st.sampled_from(["inf", "nan", '"9"', "1e999"]),
+            st.text(
+                alphabet=st.characters(blacklist_categories=["Cs", "Cc"], blacklist_characters='"\\'),
+                min_size=1,
+                max_size=10,
+            ),
+        ),
+    )
+)
+def test_any_scenario_file_is_one_config_error_or_a_valid_scenario(text: str) -> None:
+    path = FUZZ_DIR / "fuzz.toml"
+    path.write_text(text, encoding="utf-8")
+    try:
+        sim.load_scenario(path)
+    except poise.ConfigError as exc:
+        error: poise.ConfigError | None = exc
+    else:
+        error = None
+    assert error is None or str(path) in str(error)
+
+
+FUZZ_DIR = Path(tempfile.mkdtemp(prefix="poise-sim-fuzz-"))
