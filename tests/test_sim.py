@@ -98,7 +98,7 @@ def test_a_breaker_ejects_the_dead_endpoint_and_readmits_it_after_recovery(small
     assert naive.success_rate < fast.success_rate
 
 
-def test_seed_000_headlines() -> None:
+def test_grpc_worker_pool_default_beats_every_baseline_without_spurious_ejections() -> None:
     report = builtin_report("grpc-worker-pool")
     ours, *baselines = report.results
     assert ours.configuration == "poise_py default"
@@ -108,7 +108,7 @@ def test_seed_000_headlines() -> None:
     assert ours.no_eligible_while_alive == 0
     first_strike = next(r for r in baselines if r.configuration == "first-strike eviction")
     assert first_strike.spurious_ejections > 0
-    assert first_strike.no_eligible_while_alive > 0  # it drains the pool, as seed 000 reported
+    assert first_strike.no_eligible_while_alive > 0  # it drains the pool
     constant = next(r for r in baselines if r.configuration == "constant-window breaker")
     assert ours.probes_to_dead < constant.probes_to_dead
 
@@ -145,7 +145,7 @@ def test_cli_simulate_table_and_list(small: Path, capsys: pytest.CaptureFixture[
     assert main(["simulate", "nope"]) == 2
 
 
-def test_seed_002_coordinated_backoff_probes_a_dead_dependency_far_less() -> None:
+def test_fleet_coordinated_backoff_probes_a_dead_dependency_far_less() -> None:
     report = builtin_report("fleet-shared-breaker")
     by_name = {r.configuration: r for r in report.results}
     local = by_name["poise_py default"]
@@ -168,7 +168,7 @@ def test_discovery_churn_last_known_good_outlives_a_dead_publisher() -> None:
     assert all(r.spurious_ejections == 0 for r in report.results)
 
 
-def test_seed_001_tier_waterfall_keeps_serving_through_rate_limits_and_a_revoked_key() -> None:
+def test_llm_gateway_tier_waterfall_keeps_serving_through_rate_limits_and_a_revoked_key() -> None:
     report = builtin_report("llm-gateway")
     ours, naive, first_strike, _constant = report.results
     assert ours.success_rate > 0.999
