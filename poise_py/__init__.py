@@ -32,6 +32,7 @@ from ._core._ejection import HardCap as HardCap
 from ._core._health import HealthCheck as HealthCheck
 from ._core._health import HealthSnapshot as HealthSnapshot
 from ._core._health import HealthStatus as HealthStatus
+from ._core._outlier import SuccessRateEjection as SuccessRateEjection
 from ._core._policies import ConsistentHash as ConsistentHash
 from ._core._policies import PeakEwma as PeakEwma
 from ._core._policies import Policy as Policy

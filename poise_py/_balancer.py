@@ -186,6 +186,7 @@ class LoadBalancer:
             on_panic=self._on_panic,
             on_degraded=self._on_degraded,
         )
+        self._pool.on_armed = self._wake_timer
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
@@ -665,6 +666,10 @@ class LoadBalancer:
         if self._coordinator is not None:
             self._coordinator.moved(state, transition)
         self._telemetry.on_transition(state, transition)
+
+    def _wake_timer(self) -> None:
+        if self._timer_wakeup is not None:
+            self._timer_wakeup.set()
 
     def _on_degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
         self._telemetry.degraded(state, degraded, self._clock())

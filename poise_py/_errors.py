@@ -63,11 +63,19 @@ class NoEligibleEndpoints(SelectionError):  # noqa: N818 - the contract's name
     Attributes:
         reasons: how many endpoints were ineligible for each :class:`IneligibleReason`.
         total: how many endpoints the pool holds.
+        retry_after: the earliest time any of them may take a permit again (an OPEN
+            circuit's end, on the balancer's clock: the clock ``LoadBalancer(clock=...)``
+            was given, else the async backend's ``current_time()``), or None when no
+            such time is known (blocked, retired, drained, unhealthy, or probes taken).
+            Back off until then, like interlock's ``CircuitOpenError.retry_after``.
     """
 
-    def __init__(self, reasons: Mapping[IneligibleReason, int], total: int) -> None:
+    def __init__(
+        self, reasons: Mapping[IneligibleReason, int], total: int, *, retry_after: float | None = None
+    ) -> None:
         self.reasons: Mapping[IneligibleReason, int] = MappingProxyType(dict(reasons))
         self.total = total
+        self.retry_after = retry_after
         parts = ", ".join(f"{r.value}={n}" for r, n in self.reasons.items() if n)
         super().__init__(f"none of {total} endpoints is eligible ({parts or 'no reason'})")
 

@@ -249,4 +249,4 @@ def test_invalid_escalation_knobs_raise_config_error(knobs: dict[str, object], k
 
 def test_a_policy_with_no_trip_condition_is_refused() -> None:
     with pytest.raises(poise.ConfigError):
-        poise.CircuitPolicy(consecutive_failures=None)
+        poise.CircuitPolicy(consecutive_failures=None, consecutive_transient_failures=None)

@@ -2,9 +2,11 @@
 
 Membership changes, circuit moves (faults, probes, timers, resets, un-ejections), operator
 statuses, active health verdicts, readiness and selections with exclusions run in any order; after every step each scope's candidates,
-positions, loads, capacity and panic set, every picker's structure (Fenwick tree, EDF
+positions, loads, capacity, panic set and degraded set, every picker's structure (Fenwick tree, EDF
 schedule, weight counts, Maglev members) and the router's plan are checked against a
-brute-force recomputation from the endpoints' states.
+brute-force recomputation from the endpoints' states. With a ``max_ejection_percent``
+under 100 the guard refuses trips, so endpoints degrade (reserve capacity) and are
+ejected as soon as the guard has room.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import poise_py as poise
 from poise_py import AdminStatus, CircuitState, DecisionMode, Fault, IneligibleReason, SelectionError
 from poise_py._core._circuit import Ticket
+from poise_py._core._ejection import ejection_allowance
 from poise_py._core._policies import (
     TotalingLoads,
     _HashPicker,
@@ -27,7 +30,7 @@ from poise_py._core._policies import (
     _WeightedRoundRobinPicker,
 )
 from poise_py._core._pool import Pool
-from poise_py._core._routing import TRAFFIC_UNITS, PanicScope, Scope, distribute, health
+from poise_py._core._routing import TRAFFIC_UNITS, DegradedScope, PanicScope, Scope, distribute, health
 from poise_py._core._state import EndpointState
 
 IDS = [f"e{i}" for i in range(10)]
@@ -83,11 +86,21 @@ class RoutingMachine(RuleBasedStateMachine):
         zone=st.sampled_from([None, "a"]),
         panic=st.sampled_from([None, poise.PanicMode.USE_ALL, poise.PanicMode.FAIL_CLOSED]),
         threshold=st.sampled_from([0.5, 1.0]),
+        guard=st.sampled_from([100.0, 50.0, 20.0]),
+        initial=st.lists(endpoints, max_size=6, unique_by=lambda e: e.id),
     )
-    def build(self, policy: poise.Policy, zone: str | None, panic: poise.PanicMode | None, threshold: float) -> None:
+    def build(
+        self,
+        policy: poise.Policy,
+        zone: str | None,
+        panic: poise.PanicMode | None,
+        threshold: float,
+        guard: float,
+        initial: list[poise.Endpoint],
+    ) -> None:
         self.pool = Pool(
             poise.CircuitPolicy(
-                max_ejection_percent=100.0,
+                max_ejection_percent=guard,
                 consecutive_failures=2,
                 minimum_volume=1,
                 escalation=poise.Escalation(base=5.0, maximum=20.0),
@@ -97,6 +110,7 @@ class RoutingMachine(RuleBasedStateMachine):
             routing=poise.Routing(local_zone=zone),
             panic=None if panic is None else poise.Panic(threshold=threshold, mode=panic),
         )
+        self.pool.apply(self.now, added=initial)
 
     @property
     def p(self) -> Pool:
@@ -136,6 +150,7 @@ class RoutingMachine(RuleBasedStateMachine):
         assert state.readiness is None
         if decision.mode is not DecisionMode.PANIC:
             assert gate(state) is None
+            assert state.circuit.degraded == (decision.mode is DecisionMode.DEGRADED)
         self.held.append((state, ticket))
 
     @rule(data=st.data(), outcome=st.sampled_from([None, "cancel", *Fault]))
@@ -149,6 +164,24 @@ class RoutingMachine(RuleBasedStateMachine):
         else:
             assert isinstance(outcome, Fault)
             self.p.complete(state, ticket, outcome, self.now, latency=0.01)
+
+    @rule(
+        i=st.sampled_from(IDS),
+        outcome=st.sampled_from([None, Fault.SUSPECT, Fault.FATAL]),
+        times=st.integers(1, 3),
+    )
+    def call_one(self, i: str, outcome: Fault | None, times: int) -> None:
+        """Calls to ``i`` (every other endpoint excluded) that end at once: trips come quickly."""
+        others = [x for x in self.p.members if x != i]
+        for _ in range(times):
+            try:
+                state, ticket, _, _ = self.p.select(self.clock, None, others)
+            except SelectionError:
+                return
+            if outcome is None:
+                self.p.succeed(state, ticket, self.clock, self.now)
+            else:
+                self.p.complete(state, ticket, outcome, self.now, latency=0.01)
 
     @rule(seconds=st.sampled_from([0.5, 5.0, 30.0]))
     def advance(self, seconds: float) -> None:
@@ -205,12 +238,12 @@ class RoutingMachine(RuleBasedStateMachine):
         assert {t.number for t in router.order} == {s.endpoint.tier for s in members}
         assert [t.number for t in router.order] == sorted(router.tiers)
         for s in self.gone:
-            assert (s.pos, s.ppos, s.live) == (-1, -1, False)
+            assert (s.pos, s.ppos, s.dpos, s.live) == (-1, -1, -1, False)
         for tier in router.order:
             in_tier = [s for s in members if s.endpoint.tier == tier.number]
             for scope in tier.scopes():
                 mine = homed[scope]
-                expected = {id(s) for s in mine if s.circuit.accepting and gate(s) is None}
+                expected = {id(s) for s in mine if s.circuit.accepting and gate(s) is None and not s.circuit.degraded}
                 self.check_scope(scope, expected, mine, ppos=False)
                 assert scope.members == len(mine)
                 assert scope.capacity == sum(s.admin not in OPTED_OUT for s in mine)
@@ -225,21 +258,41 @@ class RoutingMachine(RuleBasedStateMachine):
                 self.check_scope(tier.panic, usable, in_tier, ppos=True)
             else:
                 assert all(s.ppos == -1 for s in in_tier)
+            reserve = [s for s in in_tier if s.circuit.accepting and gate(s) is None and s.circuit.degraded]
+            self.check_scope(tier.degraded, {id(s) for s in reserve}, in_tier, dpos=True)
+            assert tier.degraded.members == tier.degraded.capacity == len(reserve)
+        for s in members:
+            assert not s.circuit.degraded or s.circuit.state is CircuitState.CLOSED
         self.check_plan()
         assert pool.ejected_count == sum(s.circuit.ejected for s in members)
+        assert pool.degraded_count == sum(s.circuit.degraded for s in members)
+        # The guard's promise both ways: never more ejected than allowed by a trip, and
+        # no endpoint left degraded while the guard has room to eject it.
+        allowance = ejection_allowance(len(members), pool.circuit_policy.max_ejection_percent)
+        assert pool.degraded_count == 0 or pool.ejected_count >= allowance
         assert pool._weight_total == sum(s.endpoint.weight for s in members)
         assert sum(s.inflight for s in members) <= len(self.held)
 
-    def check_scope(self, scope: Scope, expected: set[int], mine: list[EndpointState], *, ppos: bool) -> None:
+    def check_scope(
+        self, scope: Scope, expected: set[int], mine: list[EndpointState], *, ppos: bool = False, dpos: bool = False
+    ) -> None:
         candidates = scope.candidates
         assert {id(s) for s in candidates} == expected
         assert len(candidates) == len(expected)
+
+        def position(s: EndpointState) -> int:
+            return s.ppos if ppos else s.dpos if dpos else s.pos
+
         for i, s in enumerate(candidates):
-            assert (s.ppos if ppos else s.pos) == i
+            assert position(s) == i
         for s in mine:
             if id(s) not in expected:
-                assert (s.ppos if ppos else s.pos) == -1
-        if not ppos:
+                assert position(s) == -1
+        if dpos:
+            assert isinstance(scope, DegradedScope)
+            assert [scope.view[i] for i in range(len(candidates))] == [s.inflight for s in candidates]
+            mine = [s for s in mine if id(s) in expected]  # its members are its candidates
+        elif not ppos:
             assert list(scope.loads) == [s.inflight for s in candidates]
             if isinstance(scope.loads, TotalingLoads):
                 assert scope.loads.total == sum(scope.loads)
@@ -277,17 +330,36 @@ class RoutingMachine(RuleBasedStateMachine):
         router = pool.router
         factor = (7, 5)
         healths = [health(t.healthy, t.capacity, factor) for t in router.order]
-        shares = distribute(healths)
-        combined = min(TRAFFIC_UNITS, sum(healths))
+        # Envoy's degraded load: after every tier's healthy load, each tier's degraded
+        # endpoints take what its healthy ones leave, up to their own health.
+        reserves = [
+            min(TRAFFIC_UNITS - h, health(len(t.degraded.candidates), t.capacity, factor))
+            for t, h in zip(router.order, healths, strict=True)
+        ]
+        levels = distribute(healths + reserves)
+        n = len(healths)
+        shares = [a + b for a, b in zip(levels[:n], levels[n:], strict=True)]
+        combined = min(TRAFFIC_UNITS, sum(healths) + sum(reserves))
         panic = pool.panic
         for tier in router.order:
-            share = tier.healthy / tier.capacity if tier.capacity else 1.0
+            usable = len(tier.local.candidates) + len(tier.degraded.candidates)
+            usable += len(tier.remote.candidates) if tier.remote is not None else 0
+            share = usable / tier.capacity if tier.capacity else 1.0
             assert tier.panicking == (
                 panic is not None and combined < TRAFFIC_UNITS and tier.capacity > 0 and share < panic.threshold
             )
         if combined:
             assert [router.shares[t.number] for t in router.order] == shares
             assert router.routes[-1][0] == TRAFFIC_UNITS
+            prev = degraded_total = 0
+            for cum, scope, choice, _ in router.routes:
+                if choice.mode is DecisionMode.DEGRADED:
+                    assert isinstance(scope, DegradedScope)
+                    assert scope.candidates
+                    degraded_total += cum - prev
+                prev = cum
+            panicking = [t.panicking for t in router.order]
+            assert degraded_total == sum(x for x, p in zip(levels[n:], panicking, strict=True) if not p)
         healthy_routes = [r for r in router.routes if r[2].mode is DecisionMode.HEALTHY]
         if router.fast is not None:
             assert len(router.routes) == 1

@@ -66,6 +66,8 @@ class Cause(enum.Enum):
     CONSECUTIVE_FAILURES = "consecutive_failures"
     CONSECUTIVE_TRANSIENT = "consecutive_transient"
     """A run of ``consecutive_transient_failures`` TRANSIENT faults with no success."""
+    SUCCESS_RATE = "success_rate"
+    """Its success rate was an outlier in the pool (``SuccessRateEjection``)."""
     FAILURE_RATE = "failure_rate"
     SLOW_CALL_RATE = "slow_call_rate"
     FATAL = "fatal"
@@ -96,6 +98,7 @@ _C, _O, _H, _B, _R = (
 TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
     (_C, Cause.CONSECUTIVE_FAILURES): _O,
     (_C, Cause.CONSECUTIVE_TRANSIENT): _O,
+    (_C, Cause.SUCCESS_RATE): _O,
     (_C, Cause.FAILURE_RATE): _O,
     (_C, Cause.SLOW_CALL_RATE): _O,
     (_C, Cause.FATAL): _O,
@@ -381,13 +384,15 @@ class Circuit:
         latency: float | None = None,
         retry_after: float | None = None,
         may_eject: bool = True,
+        quorum: Callable[[float], bool] | None = None,
     ) -> Transition | None:
         """Record a completed call's outcome (``fault`` None means success).
 
         ``may_eject`` is the pool's max-ejection-percent verdict: when False, a trip from
-        CLOSED is suppressed (counted in ``suppressed_ejections``) and the circuit stays
-        closed. Returns the transition made, if any. A stale ticket is counted and
-        otherwise ignored.
+        CLOSED is suppressed (counted in ``suppressed_ejections``), the circuit stays
+        closed and degrades. ``quorum`` (with ``minimum_hosts``) says whether enough of
+        the pool has the volume for the failure-rate trip to apply. Returns the
+        transition made, if any. A stale ticket is counted and otherwise ignored.
         """
         if ticket.epoch != self.epoch:
             self.stale_results += 1
@@ -395,7 +400,7 @@ class Circuit:
         if ticket.probe:
             self.probes_in_flight -= 1
             return self._record_probe(fault, now, retry_after)
-        return self._record_closed(fault, now, latency, retry_after, may_eject=may_eject)
+        return self._record_closed(fault, now, latency, retry_after, may_eject=may_eject, quorum=quorum)
 
     def handle_timer(self, now: float) -> Transition | None:
         """Move OPEN -> HALF_OPEN once ``reopen_at`` has passed (never while leased)."""
@@ -519,6 +524,7 @@ class Circuit:
         retry_after: float | None,
         *,
         may_eject: bool,
+        quorum: Callable[[float], bool] | None,
     ) -> Transition | None:
         policy = self.policy
         slow_limit = policy.slow_call_duration
@@ -527,14 +533,14 @@ class Circuit:
             self._consecutive = 0
             self._add(flags, now)
             if flags and policy.slow_call_rate is not None:
-                return self._maybe_trip(now, retry_after, may_eject=may_eject)
-            if self.degraded and self._trip_cause(now) is None:
+                return self._maybe_trip(now, retry_after, may_eject=may_eject, quorum=quorum)
+            if self.degraded and self._trip_cause(now, quorum) is None:
                 self._set_degraded(None)  # the refused trip's condition no longer holds
             return None
         if fault is Fault.SUSPECT:
             self._strike()
             self._add(flags | FAILED, now)
-            return self._maybe_trip(now, retry_after, may_eject=may_eject)
+            return self._maybe_trip(now, retry_after, may_eject=may_eject, quorum=quorum)
         if fault is Fault.FATAL:
             self._strike()
             self._add(flags | FAILED, now)
@@ -570,6 +576,19 @@ class Circuit:
         self.degraded_cause = cause
         self._slow_limit = -math.inf if cause is not None else self._slow_base
 
+    def trip(self, cause: Cause, now: float, *, may_eject: bool) -> Transition | None:
+        """A pool-level verdict (``SUCCESS_RATE``) trips a CLOSED circuit; else None.
+
+        Like any trip: escalated, jittered and capped when ``may_eject``; suppressed and
+        degraded when not.
+        """
+        if self.state is not _C:
+            return None
+        if not may_eject:
+            self._suppress(cause)
+            return None
+        return self._eject(cause, now, None)
+
     def eject_degraded(self, now: float) -> Transition | None:
         """Eject a degraded circuit now that ``max_ejection_percent`` allows it; else None.
 
@@ -594,8 +613,10 @@ class Circuit:
             runs = self._consecutive = runs + _RUN
         return runs >> 32
 
-    def _maybe_trip(self, now: float, retry_after: float | None, *, may_eject: bool) -> Transition | None:
-        cause = self._trip_cause(now)
+    def _maybe_trip(
+        self, now: float, retry_after: float | None, *, may_eject: bool, quorum: Callable[[float], bool] | None
+    ) -> Transition | None:
+        cause = self._trip_cause(now, quorum)
         if cause is None:
             return self._retry_after_open(now, retry_after)
         if not may_eject:
@@ -603,7 +624,7 @@ class Circuit:
             return self._retry_after_open(now, retry_after)
         return self._eject(cause, now, retry_after)
 
-    def _trip_cause(self, now: float) -> Cause | None:
+    def _trip_cause(self, now: float, quorum: Callable[[float], bool] | None = None) -> Cause | None:
         policy = self.policy
         volume, failures, slow = self.window_counts(now)
         if volume < policy.minimum_volume:
@@ -612,7 +633,7 @@ class Circuit:
         if n is not None and self._consecutive & _LOW >= n:
             return Cause.CONSECUTIVE_FAILURES
         rate = policy.failure_rate
-        if rate is not None and failures >= rate * volume:
+        if rate is not None and failures >= rate * volume and (quorum is None or quorum(now)):
             return Cause.FAILURE_RATE
         rate = policy.slow_call_rate
         if rate is not None and slow >= rate * volume:

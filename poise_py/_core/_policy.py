@@ -9,6 +9,7 @@ import attrs
 from .._endpoint import check_duration
 from .._errors import ConfigError
 from ._ejection import Escalation, HardCap
+from ._outlier import SuccessRateEjection
 from ._window import CountWindow, TimeWindow
 
 
@@ -45,6 +46,12 @@ class CircuitPolicy:
             disables the condition. Envoy's ``consecutive_gateway_failure``.
         failure_rate: trip when failures / volume over the window reaches this fraction;
             ``None`` (default) disables it.
+        minimum_hosts: with ``failure_rate``, the rate trip applies only while at least
+            this many endpoints (closed circuits) have ``minimum_volume`` outcomes in their
+            window; ``None`` (default): always. Envoy's
+            ``failure_percentage_minimum_hosts``.
+        success_rate: opt-in pool-relative outlier detection, :class:`SuccessRateEjection`
+            (Envoy's success-rate ejection); ``None`` (default) disables it.
         slow_call_rate: trip when slow calls / volume reaches this fraction; needs
             ``slow_call_duration``.
         slow_call_duration: a call that takes at least this long counts as slow.
@@ -63,6 +70,8 @@ class CircuitPolicy:
     consecutive_failures: int | None = 5
     consecutive_transient_failures: int | None = 5
     failure_rate: float | None = None
+    minimum_hosts: int | None = None
+    success_rate: SuccessRateEjection | None = None
     slow_call_rate: float | None = None
     slow_call_duration: float | None = None
     minimum_volume: int = 5
@@ -93,6 +102,13 @@ class CircuitPolicy:
                 f"must be an int >= 2 (one TRANSIENT fault never ejects) or None, got {n!r}",
             )
         _check_rate("CircuitPolicy.failure_rate", self.failure_rate)
+        _check_count("CircuitPolicy.minimum_hosts", self.minimum_hosts, optional=True)
+        if self.minimum_hosts is not None and self.failure_rate is None:
+            raise ConfigError("CircuitPolicy.minimum_hosts", "applies to failure_rate: set failure_rate too")
+        if self.success_rate is not None and not isinstance(self.success_rate, SuccessRateEjection):
+            raise ConfigError(
+                "CircuitPolicy.success_rate", f"must be a SuccessRateEjection or None, got {self.success_rate!r}"
+            )
         _check_rate("CircuitPolicy.slow_call_rate", self.slow_call_rate)
         if self.slow_call_duration is not None:
             check_duration("CircuitPolicy.slow_call_duration", self.slow_call_duration)
@@ -111,8 +127,15 @@ class CircuitPolicy:
         check_duration("CircuitPolicy.max_retry_after", self.max_retry_after)
         if self.hard_cap is not None and not isinstance(self.hard_cap, HardCap):
             raise ConfigError("CircuitPolicy.hard_cap", f"must be a HardCap or None, got {self.hard_cap!r}")
-        if self.consecutive_failures is None and self.failure_rate is None and self.slow_call_rate is None:
+        if (
+            self.consecutive_failures is None
+            and self.failure_rate is None
+            and self.slow_call_rate is None
+            and self.consecutive_transient_failures is None
+            and self.success_rate is None
+        ):
             raise ConfigError(
                 "CircuitPolicy",
-                "set at least one trip condition (consecutive_failures, failure_rate, slow_call_rate)",
+                "set at least one trip condition (consecutive_failures, consecutive_transient_failures,"
+                " failure_rate, slow_call_rate, success_rate)",
             )

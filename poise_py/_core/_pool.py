@@ -24,8 +24,9 @@ from .._decision import Decision, DecisionMode
 from .._endpoint import AdminStatus, Endpoint
 from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, WeightOverflow
 from .._faults import Fault
-from ._circuit import Circuit, CircuitState, Ticket, Transition
+from ._circuit import Cause, Circuit, CircuitState, Ticket, Transition
 from ._ejection import ejection_allowance
+from ._outlier import success_rate_outliers
 from ._policies import Instant, Loads, PickFn, Policy
 from ._policy import CircuitPolicy
 from ._routing import TRAFFIC_UNITS, Panic, PanicHook, PanicTicket, Router, Routing, Scope, decision
@@ -148,7 +149,14 @@ class Pool:
         self._pick: PickFn = _no_pick
         self._fast_decision = decision(_HEALTHY, 0)
         self._weight_total = 0
-        self._deadlines: list[tuple[float, int, EndpointState, int]] = []
+        self._deadlines: list[tuple[float, int, EndpointState | None, int]] = []
+        """OPEN circuits' ends ``(at, seq, state, epoch)``, and with success-rate detection
+        its next evaluation ``(at, seq, None, -1)``."""
+        self._outliers = circuit.success_rate
+        self._outlier_armed = False
+        self._seen: dict[EndpointState, tuple[int, int]] = {}
+        """Each endpoint's (calls, failures) at the last success-rate evaluation."""
+        self._quorum: Callable[[float], bool] | None = self._rate_quorum if circuit.minimum_hosts is not None else None
         self._seq = 0
         self._ejected = 0
         self._allowance = 1
@@ -162,6 +170,9 @@ class Pool:
         self.suppressed_ejections = 0
         self.on_leave: LeaveHook | None = None
         """Called for each endpoint removed from the pool (telemetry folds its counters)."""
+        self.on_armed: Callable[[], None] | None = None
+        """Called when a timer deadline appears that no transition announced (the first
+        success-rate evaluation), so the shell's timer can wait for it."""
         self.on_probe_result: ProbeHook | None = None
         """Called after a current-epoch probe result that moved nothing (coordination)."""
 
@@ -225,6 +236,11 @@ class Pool:
         self._allowance = ejection_allowance(len(members), self.circuit_policy.max_ejection_percent)
         self._replan()
         self._promote(now)
+        if self._outliers is not None and not self._outlier_armed:
+            self._outlier_armed = True
+            self._schedule_outliers(now)
+            if self.on_armed is not None:
+                self.on_armed()
 
     def check_weights(self, added: Iterable[Endpoint], removed: Iterable[str], updated: Iterable[Endpoint]) -> int:
         """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
@@ -350,8 +366,14 @@ class Pool:
         if not self.members:
             return EmptyPool("discovery has not delivered any endpoint yet")
         reasons = dict.fromkeys(IneligibleReason, 0)
+        retry_after: float | None = None
         for state in self.members.values():
             reason = self.refusal(state)
+            if reason is IneligibleReason.OPEN and _gate(state) is None:
+                # Nothing else keeps it out: it takes a probe once its open window ends.
+                reopen_at = state.circuit.reopen_at
+                if reopen_at is not None and (retry_after is None or reopen_at < retry_after):
+                    retry_after = reopen_at
             if reason is None:
                 if state.endpoint.id in exclude:
                     reason = IneligibleReason.EXCLUDED
@@ -360,7 +382,7 @@ class Pool:
                 else:
                     reason = IneligibleReason.SCOPE
             reasons[reason] += 1
-        return NoEligibleEndpoints(reasons, len(self.members))
+        return NoEligibleEndpoints(reasons, len(self.members), retry_after=retry_after)
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
         """Why ``state`` may not take a permit now, or None if it may."""
@@ -453,6 +475,7 @@ class Pool:
             latency=latency,
             retry_after=retry_after,
             may_eject=self._ejected < self._allowance,
+            quorum=self._quorum,
         )
         if circuit.suppressed_ejections != before:
             self.suppressed_ejections = sat_add(self.suppressed_ejections)
@@ -491,17 +514,19 @@ class Pool:
         deadlines = self._deadlines
         while deadlines:
             _, _, state, epoch = deadlines[0]
-            if state.live and state.circuit.epoch == epoch:
+            if state is None or (state.live and state.circuit.epoch == epoch):
                 return deadlines[0][0]
             heapq.heappop(deadlines)
         return None
 
     def handle_timer(self, now: float) -> None:
-        """Move every circuit whose open window has ended to HALF_OPEN."""
+        """Move every circuit whose open window has ended to HALF_OPEN; run a due outlier evaluation."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
             _, _, state, epoch = heapq.heappop(deadlines)
-            if state.live and state.circuit.epoch == epoch:
+            if state is None:
+                self._evaluate_outliers(now)
+            elif state.live and state.circuit.epoch == epoch:
                 transition = state.circuit.handle_timer(now)
                 if transition is not None:
                     self._moved(state, transition)
@@ -591,6 +616,61 @@ class Pool:
         self.on_transition(state, transition)
         if self._degraded and self._ejected < self._allowance:
             self._promote(transition.at)
+
+    def _schedule_outliers(self, now: float) -> None:
+        config = self._outliers
+        assert config is not None  # noqa: S101 - only with success-rate detection
+        self._seq += 1
+        heapq.heappush(self._deadlines, (now + config.interval, self._seq, None, -1))
+
+    def _evaluate_outliers(self, now: float) -> None:
+        """Success-rate detection (Envoy's): eject the interval's outliers, worst first.
+
+        Each endpoint's calls and failures (every fault but CALLER) since the last
+        evaluation come from its counters, so the hot path pays nothing. Only CLOSED
+        circuits are judged; as far as ``max_ejection_percent`` allows the outliers are
+        ejected, and the rest are degraded.
+        """
+        config = self._outliers
+        assert config is not None  # noqa: S101 - only with success-rate detection
+        seen = self._seen
+        fresh: dict[EndpointState, tuple[int, int]] = {}
+        samples: list[tuple[EndpointState, int, int]] = []
+        caller = FAULT_INDEX[Fault.CALLER]
+        for state in self.members.values():
+            faults = state.faults
+            failures = sum(faults) - faults[caller]
+            calls = state.successes + failures
+            fresh[state] = (calls, failures)
+            calls0, failures0 = seen.get(state, (0, 0))
+            if state.circuit.state is _CLOSED:
+                samples.append((state, calls - calls0, failures - failures0))
+        self._seen = fresh
+        for state in success_rate_outliers(config, samples):
+            circuit = state.circuit
+            before = circuit.suppressed_ejections
+            transition = circuit.trip(Cause.SUCCESS_RATE, now, may_eject=self._ejected < self._allowance)
+            if circuit.suppressed_ejections != before:
+                self.suppressed_ejections = sat_add(self.suppressed_ejections)
+            if transition is not None:
+                self._moved(state, transition)
+            elif circuit.degraded is not state.was_degraded:
+                self._sync(state)
+        self._schedule_outliers(now)
+
+    def _rate_quorum(self, now: float) -> bool:
+        """Whether ``minimum_hosts`` closed circuits have ``minimum_volume`` outcomes (stops early)."""
+        policy = self.circuit_policy
+        needed = policy.minimum_hosts
+        assert needed is not None  # noqa: S101 - only with minimum_hosts
+        volume = policy.minimum_volume
+        for state in self.members.values():
+            circuit = state.circuit
+            if circuit.state is _CLOSED and circuit.window_counts(now)[0] >= volume:
+                needed -= 1
+                if not needed:
+                    return True
+        return False
 
     def _promote(self, now: float) -> None:
         """While the guard has room, eject degraded endpoints, longest degraded first."""

@@ -21,6 +21,12 @@ the same rule. Everything is integer arithmetic in millionths of the traffic
 (:data:`TRAFFIC_UNITS`), with the factor and threshold as exact ratios, so 10 healthy
 of 14 is exactly 100%.
 
+Each tier also has a *degraded scope*: its endpoints whose trip ``max_ejection_percent``
+refused (Envoy's degraded hosts). They are reserve capacity: after every tier's healthy
+load, each tier's degraded endpoints take ``min(what its healthy ones leave, factor x
+degraded / capacity)``, scaled with the rest when the total is under 100%; their picks
+are DEGRADED decisions.
+
 Panic is considered only when the tiers' combined health is under 100%: a tier whose
 healthy share is then under ``Panic.threshold`` is *panicking*. Traffic assigned to it
 goes, under ``PanicMode.USE_ALL``, to its panic scope (ejected and unhealthy endpoints
