@@ -510,7 +510,12 @@ class Engine:
             pool.handle_timer(self.now)
         for endpoint_id, model in self.models.items():
             first = pools[0].members.get(endpoint_id)
-            states.append("absent" if first is None else first.circuit.state.value)
+            if first is None:
+                states.append("absent")
+            elif first.circuit.degraded and first.circuit.state is CircuitState.CLOSED:
+                states.append("degraded")  # the ejection guard kept it, as reserve capacity
+            else:
+                states.append(first.circuit.state.value)
             if not model.healthy_at(self.now):
                 continue
             alive += 1

@@ -11,7 +11,7 @@ from ._run import Report
 if TYPE_CHECKING:
     from rich.console import Console
 
-STATE_CODES = {"closed": 0, "half_open": 1, "open": 2, "blocked": 3, "retired": 4, "absent": 5}
+STATE_CODES = {"closed": 0, "half_open": 1, "open": 2, "blocked": 3, "retired": 4, "absent": 5, "degraded": 6}
 
 
 def _ms(seconds: float | None) -> str:
@@ -61,8 +61,8 @@ def render_table(report: Report, console: Console) -> None:
     console.print(table)
 
 
-STATE_LABELS = ("closed", "half-open", "open", "blocked", "retired", "absent")
-STATE_COLOURS = ("#4caf50", "#ffc107", "#e53935", "#6d4c41", "#424242", "#eeeeee")
+STATE_LABELS = ("closed", "half-open", "open", "blocked", "retired", "absent", "degraded (reserve)")
+STATE_COLOURS = ("#4caf50", "#ffc107", "#e53935", "#6d4c41", "#424242", "#eeeeee", "#8e24aa")
 
 
 def time_unit(text: str, duration: float) -> tuple[float, str]:
