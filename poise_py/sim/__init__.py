@@ -25,6 +25,15 @@ from ._models import Flap as Flap
 from ._models import Latency as Latency
 from ._models import Phase as Phase
 from ._models import RateLimit as RateLimit
+from ._observe import Client as Client
+from ._observe import ClassifierName as ClassifierName
+from ._observe import GrpcStatus as GrpcStatus
+from ._observe import HttpStatus as HttpStatus
+from ._observe import Protocol as Protocol
+from ._observe import Refused as Refused
+from ._observe import Stated as Stated
+from ._observe import Throttled as Throttled
+from ._observe import Timeout as Timeout
 from ._run import Report as Report
 from ._run import run as run
 from ._scenario import Scenario as Scenario
