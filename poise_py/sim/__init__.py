@@ -25,8 +25,8 @@ from ._models import Flap as Flap
 from ._models import Latency as Latency
 from ._models import Phase as Phase
 from ._models import RateLimit as RateLimit
-from ._observe import Client as Client
 from ._observe import ClassifierName as ClassifierName
+from ._observe import Client as Client
 from ._observe import GrpcStatus as GrpcStatus
 from ._observe import HttpStatus as HttpStatus
 from ._observe import Protocol as Protocol
