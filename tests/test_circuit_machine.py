@@ -30,6 +30,7 @@ class CircuitMachine(RuleBasedStateMachine):
         rate=st.none() | st.floats(0.1, 1.0),
         window=st.sampled_from([poise.CountWindow(8), poise.TimeWindow(10.0, 5)]),
         slow=st.none() | st.floats(0.1, 2.0),
+        transient=st.none() | st.integers(2, 4),
     )
     @precondition(lambda self: self.circuit is None)
     def build(
@@ -40,9 +41,11 @@ class CircuitMachine(RuleBasedStateMachine):
         rate: float | None,
         window: poise.CountWindow | poise.TimeWindow,
         slow: float | None,
+        transient: int | None,
     ) -> None:
         policy = poise.CircuitPolicy(
             consecutive_failures=consecutive,
+            consecutive_transient_failures=transient,
             failure_rate=rate,
             minimum_volume=volume,
             permitted_probes=probes,
@@ -126,6 +129,14 @@ class CircuitMachine(RuleBasedStateMachine):
         if c is not None and c.state is CircuitState.OPEN:
             assert c.reopen_at is not None
             assert c.reopen_at - self.now <= max(40.0, c.policy.max_retry_after)
+
+    @invariant()
+    def only_a_closed_circuit_is_degraded_and_the_runs_stay_in_range(self) -> None:
+        c = self.circuit
+        if c is not None:
+            assert not c.degraded or (c.state is CircuitState.CLOSED and c.degraded_cause is not None)
+            assert 0 <= c.consecutive_failures < 2**32
+            assert 0 <= c.consecutive_transient_failures < 2**32
 
 
 CircuitMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)

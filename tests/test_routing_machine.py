@@ -88,6 +88,7 @@ class RoutingMachine(RuleBasedStateMachine):
         threshold=st.sampled_from([0.5, 1.0]),
         guard=st.sampled_from([100.0, 50.0, 20.0]),
         initial=st.lists(endpoints, max_size=6, unique_by=lambda e: e.id),
+        outliers=st.booleans(),
     )
     def build(
         self,
@@ -97,10 +98,16 @@ class RoutingMachine(RuleBasedStateMachine):
         threshold: float,
         guard: float,
         initial: list[poise.Endpoint],
+        outliers: bool,
     ) -> None:
         self.pool = Pool(
             poise.CircuitPolicy(
                 max_ejection_percent=guard,
+                success_rate=(
+                    poise.SuccessRateEjection(stdev_factor=0.5, minimum_hosts=2, request_volume=2, interval=5.0)
+                    if outliers
+                    else None
+                ),
                 consecutive_failures=2,
                 minimum_volume=1,
                 escalation=poise.Escalation(base=5.0, maximum=20.0),

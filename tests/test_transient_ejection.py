@@ -16,7 +16,7 @@ import pytest
 import poise_py as poise
 from poise_py import CircuitState, Fault
 from poise_py._core._circuit import Cause, Circuit, Ticket
-from tests.coordination_support import REAL_CLOCK_BACKENDS, MemoryFleet
+from tests.coordination_support import REAL_CLOCK_BACKENDS, Fleet
 from tests.helpers import FakeClock, static_lb
 
 NOW = 100.0
@@ -202,8 +202,10 @@ async def test_a_worker_answering_unavailable_is_ejected_by_lb_call(clock: FakeC
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", REAL_CLOCK_BACKENDS)
-async def test_a_transient_trip_is_published_and_mirrored_through_coordination(anyio_backend: Any) -> None:
-    fleet = MemoryFleet()
+async def test_a_transient_trip_is_published_and_mirrored_through_coordination(
+    anyio_backend: Any, fleet: Fleet
+) -> None:
+    # The fleet fixture: InMemoryStorage(clock=the fleet's FakeClock), then a real Redis.
     circuit = poise.CircuitPolicy(
         consecutive_transient_failures=2,
         escalation=poise.Escalation(base=30.0, maximum=300.0, jitter=0.0),
@@ -212,12 +214,16 @@ async def test_a_transient_trip_is_published_and_mirrored_through_coordination(a
     async with fleet:
         lbs = [await fleet.balancer("a", circuit=circuit, seed=i) for i in range(2)]
         await fleet.sync(*lbs)
-        for _ in range(2):
-            lbs[0].acquire().fail(Fault.TRANSIENT)
+        lbs[0].acquire().fail(Fault.TRANSIENT)
+        assert lbs[0].snapshot()["a"].state is CircuitState.CLOSED  # one never ejects
+        lbs[0].acquire().fail(Fault.TRANSIENT)
         assert lbs[0].snapshot()["a"].state is CircuitState.OPEN
         await fleet.sync(*lbs)
-        record_ = await fleet.record()
-        assert record_.state is CircuitState.OPEN
+        shared = await fleet.record()
+        assert shared.state is CircuitState.OPEN
+        assert shared.reopen_at is not None
+        assert shared.opened_at is not None
+        assert shared.reopen_at - shared.opened_at == pytest.approx(30.0, abs=1e-3)
         assert lbs[1].snapshot()["a"].state is CircuitState.OPEN
         with pytest.raises(poise.NoEligibleEndpoints):
             lbs[1].acquire()
@@ -296,3 +302,41 @@ async def test_a_worker_that_answers_unavailable_one_call_in_three_is_never_ejec
         assert snap.counters.faults[Fault.TRANSIENT] == 10
         assert snap.state is CircuitState.CLOSED
         assert snap.counters.ejections == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("code", ["UNAVAILABLE", "DEADLINE_EXCEEDED"])
+async def test_a_dead_or_black_holed_grpc_worker_is_chosen_at_most_five_times_in_forty_calls(
+    clock: FakeClock, code: str
+) -> None:
+    # The gRPC worker pool: a worker with nothing listening (UNAVAILABLE) or that never
+    # answers (DEADLINE_EXCEEDED) maps to TRANSIENT through classify.grpc().
+    import grpc
+    import grpc.aio
+
+    status = getattr(grpc.StatusCode, code)
+    chosen: list[str] = []
+
+    async def dispatch(endpoint: poise.Endpoint) -> str:
+        chosen.append(endpoint.id)
+        if endpoint.id == "dead":
+            raise grpc.aio.AioRpcError(status, grpc.aio.Metadata(), grpc.aio.Metadata(), "details")
+        return endpoint.id
+
+    async with static_lb(
+        "dead", "w1", "w2", "w3", policy=poise.RoundRobin(), classifier=poise.classify.grpc(), clock=clock
+    ) as lb:
+        results = [await lb.call(dispatch) for _ in range(40)]
+        assert "dead" not in results
+        assert chosen.count("dead") == 5
+        assert lb.snapshot()["dead"].state is CircuitState.OPEN
+
+
+def test_a_refused_transient_trip_degrades_the_endpoint_with_its_cause() -> None:
+    c = make(consecutive_transient_failures=2)
+    record(c, Fault.TRANSIENT)
+    record(c, Fault.TRANSIENT, may_eject=False)
+    assert c.degraded
+    assert c.degraded_cause is Cause.CONSECUTIVE_TRANSIENT
+    record(c, None)
+    assert not c.degraded

@@ -18,6 +18,12 @@ Probe slots are reserved inside ``try_acquire`` (there is no await between the c
 and the reservation), so ``permitted_probes`` is a hard limit on concurrency, not a
 spacing. Cancellation releases a slot and touches no window.
 
+Two runs are kept in one int: SUSPECT/FATAL strikes and TRANSIENT faults; a success ends
+both, a fault of one class never ends the other's. A trip the pool's
+``max_ejection_percent`` refuses leaves the circuit CLOSED but *degraded* (reserve
+capacity for the router) with the refused cause, until a success finds no trip condition
+left, any move, or :meth:`Circuit.eject_degraded` once the pool has room.
+
 Nothing here reads a clock: ``now`` comes in, :meth:`Circuit.next_deadline` goes out,
 and the async shell calls :meth:`Circuit.handle_timer` when that deadline passes (or
 ``try_acquire`` notices it first).
