@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from ._errors import ConfigError, SelectionError
+from ._core._retry import RETRYABLE, Next, RetryLoop
+from ._errors import SelectionError
 from ._faults import Fault
 
 if TYPE_CHECKING:
@@ -17,8 +18,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-RETRYABLE = frozenset({Fault.TRANSIENT, Fault.SUSPECT, Fault.FATAL, Fault.PERMANENT})
-"""Faults after which ``call`` tries another endpoint. Never CALLER: the request itself is bad."""
+__all__ = ["RETRYABLE", "Attempt", "call_with_retries"]
 
 
 @attrs.frozen(kw_only=True)
@@ -46,25 +46,18 @@ async def call_with_retries(
     key: Hashable | None,
 ) -> T:
     """The body of ``LoadBalancer.call``; see there."""
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise ConfigError("attempts", f"must be an int >= 1, got {attempts!r}")
-    tried: list[str] = []
+    loop = RetryLoop(lb._budget, attempts)
     history: list[Attempt] = []
-    budget = lb._budget
-    for n in range(attempts):
-        if n == 0:
-            budget.deposit(lb._clock())
-        elif not budget.try_withdraw(lb._clock()):
-            lb._retries_denied += 1
-            break
+    loop.start(lb._clock())
+    while True:
         try:
-            permit = lb.acquire(key=key, exclude=tried)
+            permit = lb.acquire(key=key, exclude=loop.exclude)
         except SelectionError:
             if not history:
                 raise
             break  # nowhere else to go: the last real error is the answer
         endpoint: Endpoint = permit.endpoint
-        tried.append(endpoint.id)
+        loop.attempt(endpoint.id)
         async with permit:
             try:
                 return await fn(endpoint, *args, **kwargs)
@@ -72,9 +65,14 @@ async def call_with_retries(
                 fault, retry_after = lb._classify(exc, endpoint.id)
                 permit.fail(fault, retry_after=retry_after)
                 history.append(Attempt(endpoint_id=endpoint.id, fault=fault, error=exc))
-                if fault not in RETRYABLE:
+                verdict = loop.after_fault(fault, lb._clock())
+                if verdict is Next.NOT_RETRYABLE:
                     _annotate(exc, history)
                     raise
+        if verdict is Next.BUDGET_SPENT:
+            lb._retries_denied += 1
+        if verdict is not Next.RETRY:
+            break
     last = history[-1].error
     _annotate(last, history)
     raise last

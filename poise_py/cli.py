@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,24 +22,42 @@ REQUIRES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    try:
+        return _simulate_checked(args)
+    except ConfigError as exc:
+        print(f"poise simulate: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (``poise simulate --json | head -1``): stop quietly, and
+        # point stdout at /dev/null so the interpreter's final flush cannot complain.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+
+
+def _simulate_checked(args: argparse.Namespace) -> int:
     from rich.console import Console  # noqa: PLC0415 - the cli extra
     from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn  # noqa: PLC0415
 
     from . import sim  # noqa: PLC0415
-    from .sim._report import plot, render_table  # noqa: PLC0415
+    from .sim._report import check_plot_path, plot, render_table  # noqa: PLC0415
 
     if args.list:
         for name in sim.builtin_names():
-            print(f"{name}: {sim.load_scenario(name).description.splitlines()[0]}")
+            print(f"{name}: {sim.load_scenario(name).summary}")
+        sys.stdout.flush()
         return 0
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         print("poise simulate: --plot needs matplotlib: pip install 'poise_py[sim]'", file=sys.stderr)
         return 2
-    try:
-        scenarios = [sim.load_scenario(s) for s in (args.scenario or sim.builtin_names())]
-    except ConfigError as exc:
-        print(f"poise simulate: {exc}", file=sys.stderr)
-        return 2
+    scenarios = [sim.load_scenario(s) for s in (args.scenario or sim.builtin_names())]
+    if args.plot:
+        try:
+            check_plot_path(Path(args.plot))
+        except (OSError, ValueError) as exc:
+            print(f"poise simulate: --plot: cannot write {args.plot}: {exc}", file=sys.stderr)
+            return 2
     console = Console(width=None if sys.stdout.isatty() else 160)
     errors = Console(stderr=True)
     reports = []
@@ -62,15 +81,16 @@ def _simulate(args: argparse.Namespace) -> int:
                 progress.update(tasks[name], completed=done)
 
             reports.append(sim.run(scenario, seed=args.seed, progress=advance))
+    if args.plot:
+        plot(reports, Path(args.plot))
     if args.json:
         print(json.dumps([r.to_json() for r in reports], indent=2))
     else:
         for report in reports:
             render_table(report, console)
-    if args.plot:
-        plot(reports, Path(args.plot))
-        if not args.json:
+        if args.plot:
             console.print(f"timeline written to {args.plot}")
+    sys.stdout.flush()
     return 0
 
 
@@ -114,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("scenario", nargs="*", help="built-in scenario names or TOML files (default: all)")
     simulate.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     simulate.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    simulate.add_argument("--plot", metavar="FILE", help="write a PNG/SVG timeline (needs matplotlib)")
+    simulate.add_argument("--plot", metavar="FILE", help="write a PNG/SVG/PDF timeline (needs matplotlib)")
     simulate.add_argument("--list", action="store_true", help="list the built-in scenarios")
     simulate.set_defaults(func=_simulate)
     return parser

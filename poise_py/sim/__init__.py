@@ -4,7 +4,7 @@
 
     from poise_py import sim
 
-    scenario = sim.load_scenario("seed-000-grpc-pool")
+    scenario = sim.load_scenario("grpc-worker-pool")
     report = sim.run(scenario)
     for result in report.results:
         print(result.configuration, result.success_rate)
@@ -25,10 +25,20 @@ from ._models import Flap as Flap
 from ._models import Latency as Latency
 from ._models import Phase as Phase
 from ._models import RateLimit as RateLimit
+from ._observe import ClassifierName as ClassifierName
+from ._observe import Client as Client
+from ._observe import GrpcStatus as GrpcStatus
+from ._observe import HttpStatus as HttpStatus
+from ._observe import Protocol as Protocol
+from ._observe import Refused as Refused
+from ._observe import Stated as Stated
+from ._observe import Throttled as Throttled
+from ._observe import Timeout as Timeout
 from ._run import Report as Report
 from ._run import run as run
 from ._scenario import Scenario as Scenario
 from ._scenario import builtin_names as builtin_names
 from ._scenario import default_configurations as default_configurations
+from ._scenario import first_sentence as first_sentence
 from ._scenario import load_scenario as load_scenario
 from ._scenario import parse_scenario as parse_scenario

@@ -21,13 +21,15 @@ import anyio
 import attrs
 
 from .._balancer import LoadBalancer
+from .._classify import Classifier
 from .._coordination._config import Coordination
 from .._coordination._memory import InMemoryStorage
-from .._core._budget import Budget, RetryBudget
+from .._core._budget import RetryBudget
 from .._core._circuit import CircuitState, Transition
 from .._core._policies import Policy
 from .._core._policy import CircuitPolicy
 from .._core._pool import Pool
+from .._core._retry import Next, RetryLoop
 from .._core._state import EndpointState
 from .._discovery import Delta, Snapshot, StaticDiscovery, Update
 from .._endpoint import Endpoint
@@ -35,8 +37,8 @@ from .._errors import ConfigError, NoEligibleEndpoints, SelectionError
 from .._faults import Fault
 from .._permit import Permit
 from .._publisher import DiscoveryPublisher
-from .._retry import RETRYABLE
 from ._models import EndpointModel
+from ._observe import Client, Observation, Observer, Timeout
 from ._virtual_loop import VirtualTimeLoop
 
 _EJECTED = frozenset({CircuitState.OPEN, CircuitState.BLOCKED, CircuitState.RETIRED})
@@ -50,7 +52,8 @@ class Reporting(enum.Enum):
     NONE = "none"
     """Naive: nothing reaches the circuit (every permit is cancelled after the call)."""
     EVICT = "evict"
-    """First-strike permanent eviction: any non-transient fault blocks the endpoint."""
+    """First-strike permanent eviction: any fault the classifier does not call TRANSIENT
+    (or CALLER) blocks the endpoint."""
 
 
 @attrs.frozen(kw_only=True)
@@ -65,6 +68,8 @@ class Configuration:
     balancer_options: dict[str, object] = attrs.field(factory=dict)
     coordination: bool = False
     """Share circuits across the fleet's instances (an in-memory storage on virtual time)."""
+    classifier: Classifier | None = None
+    """How failures are classified (None: the scenario client's classifier)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -84,6 +89,29 @@ class Traffic:
     timeout: float = 1.0
     attempts: int = 3
     sample_interval: float = 1.0
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("rps", "duration", "timeout", "sample_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+                raise ConfigError(f"traffic.{name}", f"must be a finite number > 0, got {value!r}")
+        if self.rps * self.duration > MAX_REQUESTS:
+            raise ConfigError(
+                "traffic.rps",
+                f"rps * duration = {self.rps * self.duration:g} requests; at most {MAX_REQUESTS:,} per run",
+            )
+        if self.duration / self.sample_interval > MAX_SAMPLES:
+            raise ConfigError(
+                "traffic.sample_interval", f"at most {MAX_SAMPLES:,} samples per run; use a longer interval"
+            )
+        attempts = self.attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 100:
+            raise ConfigError("traffic.attempts", f"must be an int in [1, 100], got {attempts!r}")
+
+
+MAX_REQUESTS = 10_000_000
+"""The most requests one run may simulate (rps * duration)."""
+MAX_SAMPLES = 1_000_000
 
 
 @attrs.frozen(kw_only=True)
@@ -147,6 +175,8 @@ class RunResult:
     backend_calls: int
     timeline: tuple[Sample, ...]
     endpoint_ids: tuple[str, ...]
+    ejected: tuple[str, ...] = ()
+    """The endpoints this configuration ever took out of rotation (open, blocked, retired)."""
 
     @property
     def success_rate(self) -> float:
@@ -171,9 +201,8 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
 class _Request:
     arrival: float
     draws: list[float]
+    retries: RetryLoop
     instance: int = 0
-    attempt: int = 0
-    tried: list[str] = attrs.field(factory=list)
 
 
 _ARRIVAL, _COMPLETE, _SAMPLE, _DISCOVERY = 0, 1, 2, 3
@@ -192,7 +221,12 @@ class Engine:
         progress: Callable[[float], None] | None = None,
         discovery: DiscoverySpec | None = None,
         fleet: Fleet | None = None,
+        client: Client | None = None,
     ) -> None:
+        client = client or Client()
+        self._classifier: Classifier = configuration.classifier or client.build()
+        self._observer = Observer(client.protocol)
+        self._ejected: set[str] = set()
         self.models: dict[str, EndpointModel] = {m.id: m for m in models}
         self.fleet: Fleet = fleet or Fleet()
         self._virtual = configuration.coordination
@@ -212,7 +246,6 @@ class Engine:
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._traffic_rng = random.Random(seed)  # noqa: S311 - simulation, not security
-        self._budget = Budget(configuration.retry_budget)
         self._latencies: list[float] = []
         self._requests = self._successes = 0
         self._spurious = self._deserved = self._probes_to_dead = 0
@@ -262,6 +295,7 @@ class Engine:
             circuit=self.config.circuit,
             clock=None if self._virtual else self.clock,
             seed=self.seed + index,
+            classifier=self._classifier,
             retry_budget=self.config.retry_budget,
             coordination=None if storage is None else Coordination(storage, sync_interval=self.fleet.sync_interval),
             no_eligible_alert_after=None,  # the report counts these; no log line per instance
@@ -374,60 +408,60 @@ class Engine:
         rnd = self._traffic_rng.random
         draws = [rnd() for _ in range(2 * self.traffic.attempts)]
         instance = int(rnd() * self.fleet.instances) if self.fleet.instances > 1 else 0
-        return _Request(arrival=at, draws=draws, instance=instance)
+        # The library's own retry decision (LoadBalancer.call's), on this instance's budget.
+        retries = RetryLoop(self._lbs[instance]._budget, self.traffic.attempts)
+        return _Request(arrival=at, draws=draws, retries=retries, instance=instance)
 
     def _start(self, request: _Request) -> None:
-        if request.attempt == 0:
+        retries = request.retries
+        if retries.attempts_made == 0:
             self._requests += 1
-            self._budget.deposit(self.now)
+            retries.start(self.now)
         try:
-            permit = self._lbs[request.instance].acquire(exclude=request.tried)
+            permit = self._lbs[request.instance].acquire(exclude=retries.exclude)
         except SelectionError as exc:
             if isinstance(exc, NoEligibleEndpoints) and any(m.healthy_at(self.now) for m in self.models.values()):
                 self._no_eligible += 1
             self._finish(request, ok=False)
             return
         model = self.models[permit.endpoint.id]
-        request.tried.append(model.id)
+        i = 2 * retries.attempts_made
+        retries.attempt(model.id)
         if permit.probe and not model.healthy_at(self.now):
             self._probes_to_dead += 1
         self._calls += 1
-        i = 2 * request.attempt
         response = model.respond(self.now, request.draws[i], request.draws[i + 1])
         timeout = self.traffic.timeout
-        if response.hang or response.latency >= timeout:
-            self._push(self.now + timeout, _COMPLETE, (request, permit, Fault.SUSPECT, None))
+        if response.latency >= timeout:  # the client gives up at its deadline
+            self._push(self.now + timeout, _COMPLETE, (request, permit, Timeout()))
         else:
-            self._push(
-                self.now + response.latency,
-                _COMPLETE,
-                (request, permit, response.fault, response.retry_after),
-            )
+            self._push(self.now + response.latency, _COMPLETE, (request, permit, response.error))
 
-    def _complete(
-        self,
-        request: _Request,
-        permit: Permit,
-        fault: Fault | None,
-        retry_after: float | None,
-    ) -> None:
+    def _complete(self, request: _Request, permit: Permit, error: Observation | None) -> None:
+        lb = self._lbs[request.instance]
         reporting = self.config.reporting
+        if error is None:
+            if reporting is Reporting.NONE:
+                permit.cancel()
+            else:
+                permit.succeed()
+            self._finish(request, ok=True)
+            return
+        # What the client's library raises, judged by the configuration's classifier.
+        fault, retry_after = lb._classify(self._observer.exception(error), permit.endpoint.id)
         if reporting is Reporting.NONE:
             permit.cancel()
-        elif fault is None:
-            permit.succeed()
-        elif reporting is Reporting.EVICT and fault is not Fault.TRANSIENT:
+        elif reporting is Reporting.EVICT and fault not in (Fault.TRANSIENT, Fault.CALLER):
             permit.fail(Fault.PERMANENT)
         else:
             permit.fail(fault, retry_after=retry_after)
-        if fault is None:
-            self._finish(request, ok=True)
-            return
-        request.attempt += 1
-        if fault in RETRYABLE and request.attempt < self.traffic.attempts and self._budget.try_withdraw(self.now):
+        verdict = request.retries.after_fault(fault, self.now)
+        if verdict is Next.RETRY:
             self._start(request)
-        else:
-            self._finish(request, ok=False)
+            return
+        if verdict is Next.BUDGET_SPENT:
+            lb._retries_denied += 1
+        self._finish(request, ok=False)
 
     def _finish(self, request: _Request, *, ok: bool) -> None:
         self._window_total += 1
@@ -438,6 +472,8 @@ class Engine:
 
     def _observe(self, index: int, state: EndpointState, transition: Transition) -> None:
         model = self.models[state.endpoint.id]
+        if transition.target in _EJECTED:
+            self._ejected.add(model.id)
         if transition.target in _EJECTED and transition.source is CircuitState.CLOSED:
             if model.healthy_at(self.now):
                 self._spurious += 1
@@ -474,7 +510,12 @@ class Engine:
             pool.handle_timer(self.now)
         for endpoint_id, model in self.models.items():
             first = pools[0].members.get(endpoint_id)
-            states.append("absent" if first is None else first.circuit.state.value)
+            if first is None:
+                states.append("absent")
+            elif first.circuit.degraded and first.circuit.state is CircuitState.CLOSED:
+                states.append("degraded")  # the ejection guard kept it, as reserve capacity
+            else:
+                states.append(first.circuit.state.value)
             if not model.healthy_at(self.now):
                 continue
             alive += 1
@@ -508,4 +549,5 @@ class Engine:
             backend_calls=self._calls,
             timeline=tuple(self._timeline),
             endpoint_ids=tuple(self.models),
+            ejected=tuple(sorted(self._ejected)),
         )

@@ -17,6 +17,22 @@ import attrs
 
 from .._errors import ConfigError
 from .._faults import Fault
+from ._observe import GrpcStatus, HttpStatus, Observation, Refused, Stated, Throttled, Timeout
+
+_PERMANENT_GRPC = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
+
+
+def _permanent(observation: Observation) -> bool:
+    """Whether the observation says the endpoint refuses this client for good (a bad key)."""
+    match observation:
+        case Stated(fault=fault):
+            return fault is Fault.PERMANENT
+        case HttpStatus(status=status):
+            return status in (401, 403)
+        case GrpcStatus(code=code):
+            return code in _PERMANENT_GRPC
+    return False
+
 
 _NORMAL = NormalDist()
 _Z99 = _NORMAL.inv_cdf(0.99)
@@ -47,47 +63,48 @@ class Phase:
     Attributes:
         start: virtual seconds.
         error_rate: the share of calls that fail.
-        fault: the tier of those failures.
-        retry_after: Retry-After carried by those failures (429s), if any.
-        blackhole: calls never answer: they end at the client's timeout.
+        error: what the client observes of those failures (a gRPC or HTTP status, a
+            timeout, a refused connection).
         latency_scale: multiplies the latency (a gray failure is slow and a bit wrong).
-        healthy: whether the endpoint counts as healthy (default: error_rate < 0.25 and
-            not a black hole and not PERMANENT).
+        healthy: whether the endpoint counts as healthy (default: error_rate < 0.25, and
+            not refusing this client for good: 401/403, UNAUTHENTICATED/PERMISSION_DENIED).
     """
 
     start: float = 0.0
     error_rate: float = 0.0
-    fault: Fault = Fault.SUSPECT
-    retry_after: float | None = None
-    blackhole: bool = False
+    error: Observation = attrs.field(factory=lambda: Stated(fault=Fault.SUSPECT))
     latency_scale: float = 1.0
     healthy: bool | None = None
 
     def __attrs_post_init__(self) -> None:
         if not 0.0 <= self.error_rate <= 1.0:
             raise ConfigError("phase.error_rate", f"must be in [0, 1], got {self.error_rate}")
-        if self.start < 0 or self.latency_scale <= 0:
-            raise ConfigError("phase", "start must be >= 0 and latency_scale > 0")
+        if not 0 <= self.start < math.inf:
+            raise ConfigError("phase.start", f"must be a finite number >= 0, got {self.start}")
+        if not 0 < self.latency_scale < math.inf:
+            raise ConfigError("phase.latency_scale", f"must be a finite number > 0, got {self.latency_scale}")
 
     @property
     def is_healthy(self) -> bool:
         """The explicit flag, or the default rule."""
         if self.healthy is not None:
             return self.healthy
-        return self.error_rate < 0.25 and not self.blackhole and self.fault is not Fault.PERMANENT
+        if self.error_rate == 0:
+            return True
+        return self.error_rate < 0.25 and not _permanent(self.error)
 
 
 @attrs.frozen(kw_only=True)
 class Flap:
-    """A repeating cycle: ``down`` seconds failing with ``fault`` every ``period`` seconds."""
+    """A repeating cycle: ``down`` seconds failing with ``error`` every ``period`` seconds."""
 
     period: float
     down: float
-    fault: Fault = Fault.SUSPECT
+    error: Observation = attrs.field(factory=lambda: Stated(fault=Fault.SUSPECT))
     start: float = 0.0
 
     def __attrs_post_init__(self) -> None:
-        if not (0 < self.down < self.period):
+        if not (0 < self.down < self.period < math.inf) or not 0 <= self.start < math.inf:
             raise ConfigError("flap", f"need 0 < down < period, got {self.down}, {self.period}")
 
     def is_down(self, now: float) -> bool:
@@ -97,10 +114,16 @@ class Flap:
 
 @attrs.frozen(kw_only=True)
 class RateLimit:
-    """Over ``rps`` calls in the last second, answer TRANSIENT with Retry-After."""
+    """Over ``rps`` calls in the last second, refuse with Retry-After (429, RESOURCE_EXHAUSTED)."""
 
     rps: int
     retry_after: float = 1.0
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.rps, bool) or not isinstance(self.rps, int) or not 1 <= self.rps <= 1_000_000:
+            raise ConfigError("rate_limit.rps", f"must be an int in [1, 1000000], got {self.rps!r}")
+        if not 0 <= self.retry_after < math.inf:
+            raise ConfigError("rate_limit.retry_after", f"must be a finite number >= 0, got {self.retry_after}")
 
 
 @attrs.frozen(kw_only=True)
@@ -108,9 +131,7 @@ class Response:
     """One simulated answer."""
 
     latency: float
-    fault: Fault | None
-    retry_after: float | None = None
-    hang: bool = False
+    error: Observation | None
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -171,7 +192,7 @@ class EndpointModel:
     def respond(self, now: float, u_latency: float, u_error: float) -> Response:
         """Answer a call arriving at ``now``."""
         if not self.exists_at(now):  # nothing listens: connection refused, at once
-            return Response(latency=0.001, fault=Fault.SUSPECT)
+            return Response(latency=0.001, error=Refused())
         phase = self.phase_at(now)
         latency = self.latency.draw(u_latency) * phase.latency_scale
         if self.rate_limit is not None:
@@ -179,12 +200,15 @@ class EndpointModel:
             while recent and recent[0] <= now - 1.0:
                 recent.popleft()
             if len(recent) >= self.rate_limit.rps:
-                return Response(latency=latency * 0.1, fault=Fault.TRANSIENT, retry_after=self.rate_limit.retry_after)
+                return Response(latency=latency * 0.1, error=Throttled(retry_after=self.rate_limit.retry_after))
             recent.append(now)
-        if phase.blackhole:
-            return Response(latency=math.inf, fault=None, hang=True)
+        error = None
         if self.flap is not None and self.flap.is_down(now):
-            return Response(latency=latency, fault=self.flap.fault)
-        if u_error < phase.error_rate:
-            return Response(latency=latency, fault=phase.fault, retry_after=phase.retry_after)
-        return Response(latency=latency, fault=None)
+            error = self.flap.error
+        elif u_error < phase.error_rate:
+            error = phase.error
+        if isinstance(error, Timeout):
+            return Response(latency=math.inf, error=error)  # never answers: ends at the client's deadline
+        if isinstance(error, Refused):
+            return Response(latency=0.001, error=error)
+        return Response(latency=latency, error=error)

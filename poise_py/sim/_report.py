@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,7 +11,7 @@ from ._run import Report
 if TYPE_CHECKING:
     from rich.console import Console
 
-STATE_CODES = {"closed": 0, "half_open": 1, "open": 2, "blocked": 3, "retired": 4, "absent": 5}
+STATE_CODES = {"closed": 0, "half_open": 1, "open": 2, "blocked": 3, "retired": 4, "absent": 5, "degraded": 6}
 
 
 def _ms(seconds: float | None) -> str:
@@ -60,61 +61,103 @@ def render_table(report: Report, console: Console) -> None:
     console.print(table)
 
 
+STATE_LABELS = ("closed", "half-open", "open", "blocked", "retired", "absent", "degraded (reserve)")
+STATE_COLOURS = ("#4caf50", "#ffc107", "#e53935", "#6d4c41", "#424242", "#eeeeee", "#8e24aa")
+
+
+def time_unit(text: str, duration: float) -> tuple[float, str]:
+    """The time axis unit: minutes when the scenario's text speaks in minutes, else seconds."""
+    del duration  # the text decides, not the length
+    if re.search(r"\bminutes?\b", text, flags=re.IGNORECASE):
+        return 60.0, "minutes"
+    return 1.0, "seconds"
+
+
+def check_plot_path(path: Path) -> None:
+    """Raise OSError or ValueError now if a timeline cannot be written to ``path``."""
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in {"png", "svg", "pdf"}:
+        raise ValueError(f"{path}: the timeline is written as .png, .svg or .pdf, not {path.suffix or 'no suffix'!r}")
+    existed = path.exists()
+    with path.open("ab"):
+        pass
+    if not existed:
+        path.unlink()
+
+
 def plot(reports: list[Report], path: Path) -> None:
-    """Write a timeline per configuration: endpoint state bands, success rate, capacity."""
+    """Write a timeline per configuration: endpoint state bands above, rates below, one legend."""
     try:
         import matplotlib as mpl  # noqa: PLC0415 - optional extra
 
         mpl.use("Agg")
         import matplotlib.pyplot as plt  # noqa: PLC0415
+        from matplotlib.artist import Artist  # noqa: PLC0415
         from matplotlib.colors import ListedColormap  # noqa: PLC0415
+        from matplotlib.lines import Line2D  # noqa: PLC0415
+        from matplotlib.patches import Patch  # noqa: PLC0415
+        from matplotlib.ticker import PercentFormatter  # noqa: PLC0415
     except ImportError as exc:
         raise SystemExit("--plot needs matplotlib: pip install 'poise_py[sim]'") from exc
     rows = [(rep, res) for rep in reports for res in rep.results]
-    fig, axes = plt.subplots(len(rows), 1, figsize=(11, 2.6 * len(rows)), squeeze=False, constrained_layout=True)
-    cmap = ListedColormap(["#4caf50", "#ffc107", "#e53935", "#6d4c41", "#424242", "#eeeeee"])
-    for ax, (rep, res) in zip(axes[:, 0], rows, strict=True):
-        times = [s.at for s in res.timeline]
-        grid = [[STATE_CODES.get(state, 0) for state in s.states] for s in res.timeline]
-        n = len(res.endpoint_ids)
+    heights: list[float] = []
+    for _, res in rows:
+        heights += [max(1.2, 0.28 * len(res.endpoint_ids) + 0.4), 1.3]
+    fig = plt.figure(figsize=(12, sum(heights) + 0.7 * len(rows) + 1.2), layout="constrained")
+    grid = fig.add_gridspec(len(heights), 1, height_ratios=heights)
+    cmap = ListedColormap(list(STATE_COLOURS))
+    for n, (rep, res) in enumerate(rows):
+        scale, unit = time_unit(rep.scenario.description, rep.scenario.traffic.duration)
+        bands = fig.add_subplot(grid[2 * n])
+        rates = fig.add_subplot(grid[2 * n + 1], sharex=bands)
+        times = [s.at / scale for s in res.timeline]
+        codes = [[STATE_CODES.get(state, 0) for state in s.states] for s in res.timeline]
+        ids = res.endpoint_ids
         if times:
-            extent = (times[0], times[-1], -0.5, n - 0.5)
-            ax.imshow(
-                list(map(list, zip(*grid, strict=True))),
+            step = rep.scenario.traffic.sample_interval / scale
+            bands.imshow(
+                [list(column) for column in zip(*codes, strict=True)],
                 aspect="auto",
                 cmap=cmap,
                 vmin=0,
-                vmax=5,
-                extent=extent,
-                origin="lower",
+                vmax=len(STATE_COLOURS) - 1,
+                extent=(times[0], times[-1] + step, len(ids) - 0.5, -0.5),
                 interpolation="nearest",
             )
-        ax.set_yticks(range(n), res.endpoint_ids, fontsize=7)
-        ax.set_title(
-            f"{rep.scenario.name} | {res.configuration}: success {res.success_rate * 100:.3f}%",
-            fontsize=9,
+        bands.set_yticks(range(len(ids)), ids, fontsize=9)
+        bands.set_ylabel("endpoint", fontsize=9)
+        bands.tick_params(labelbottom=False)
+        bands.set_title(
+            f"{rep.scenario.name}: {res.configuration} (success {res.success_rate * 100:.3f}%)",
+            fontsize=11,
             loc="left",
         )
-        twin = ax.twinx()
-        twin.plot(
+        rates.plot(
             times,
             [s.success_rate if s.success_rate is not None else float("nan") for s in res.timeline],
             color="black",
-            linewidth=0.8,
-            label="success rate",
+            linewidth=0.9,
         )
-        twin.plot(
+        rates.plot(
             times,
             [s.capacity if s.capacity is not None else float("nan") for s in res.timeline],
             color="#1e88e5",
-            linewidth=0.8,
+            linewidth=0.9,
             linestyle="--",
-            label="capacity retained",
         )
-        twin.set_ylim(-0.02, 1.05)
-        twin.legend(loc="lower left", fontsize=7)
-    axes[-1, 0].set_xlabel(
-        "virtual seconds  (bands: green closed, amber half-open, red open, brown blocked, grey retired, white absent)"
-    )
+        rates.set_ylim(-0.03, 1.05)
+        rates.yaxis.set_major_formatter(PercentFormatter(1.0))
+        rates.set_ylabel("rate", fontsize=9)
+        rates.grid(alpha=0.3)
+        rates.set_xlabel(f"time ({unit})", fontsize=9)
+    handles: list[Artist] = [
+        Patch(facecolor=c, edgecolor="#9e9e9e", label=label)
+        for c, label in zip(STATE_COLOURS, STATE_LABELS, strict=True)
+    ]
+    handles += [
+        Line2D([], [], color="black", linewidth=1.2, label="success rate (per sample)"),
+        Line2D([], [], color="#1e88e5", linewidth=1.2, linestyle="--", label="healthy capacity in rotation"),
+    ]
+    fig.legend(handles=handles, loc="outside upper center", ncols=4, fontsize=9, frameon=False)
     fig.savefig(path)
     plt.close(fig)

@@ -39,6 +39,7 @@ class Report:
                     "mean_readmit_seconds": r.mean_readmit,
                     "no_eligible_while_alive": r.no_eligible_while_alive,
                     "backend_calls": r.backend_calls,
+                    "ejected": list(r.ejected),
                 }
                 for r in self.results
             ],
@@ -67,6 +68,7 @@ def run(
             progress=report,
             discovery=scenario.discovery,
             fleet=scenario.fleet,
+            client=scenario.client,
         )
         results.append(engine.run())
     return Report(scenario=scenario, seed=seed, results=tuple(results))

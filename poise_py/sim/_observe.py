@@ -1,0 +1,242 @@
+"""What a client observes of a failed call, and the exception its library would raise.
+
+A scenario's endpoints fail the way a client sees them fail: a gRPC status (with optional
+trailing metadata), an HTTP status (with optional ``Retry-After``), a timeout, a refused
+connection. The simulator turns each observation into the exception the client's library
+raises for it (``grpc.aio.AioRpcError``, ``httpx.HTTPStatusError`` / ``ReadTimeout`` /
+``ConnectError``, or the builtin ``TimeoutError`` / ``ConnectionRefusedError`` for a plain
+client) and hands it to the configuration's classifier, exactly as ``LoadBalancer.call``
+does. So a scenario's faults are judged by the same code that judges production's.
+
+:class:`Stated` is the one observation that is not a wire event: the client's own code
+raised :class:`~poise_py.FaultError` naming the tier itself (the TOML ``fault = "..."``
+form). Every classifier honours it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import TypeAlias
+
+import attrs
+
+from .. import classify as presets
+from .._classify import Classifier, FaultError, default_classifier
+from .._errors import ConfigError
+from .._faults import Fault
+
+_ADDRESS = "http://endpoint.invalid/"
+
+
+class Protocol(enum.Enum):
+    """The client library a scenario simulates: it decides what a timeout or a refusal raises."""
+
+    GRPC = "grpc"
+    """``grpc.aio``: a timeout is DEADLINE_EXCEEDED, a refused connection UNAVAILABLE."""
+    HTTP = "http"
+    """httpx: a timeout is ``ReadTimeout``, a refused connection ``ConnectError``."""
+    PLAIN = "plain"
+    """A socket client: ``TimeoutError`` and ``ConnectionRefusedError``."""
+
+
+@attrs.frozen(kw_only=True)
+class GrpcStatus:
+    """A gRPC call ended with ``code`` (a ``grpc.StatusCode`` name) and trailing metadata."""
+
+    code: str
+    trailing: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class HttpStatus:
+    """An HTTP response with status ``status`` (>= 400), optionally with ``Retry-After``."""
+
+    status: int
+    retry_after: float | None = None
+
+
+@attrs.frozen
+class Timeout:
+    """No answer before the client's deadline (a black hole, or a response slower than it)."""
+
+
+@attrs.frozen
+class Refused:
+    """Nothing listens: the connection is refused at once."""
+
+
+@attrs.frozen(kw_only=True)
+class Throttled:
+    """A rate limiter said no: 429 with Retry-After over HTTP, RESOURCE_EXHAUSTED over gRPC."""
+
+    retry_after: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Stated:
+    """The client's own code raised ``FaultError(fault, retry_after=...)``."""
+
+    fault: Fault
+    retry_after: float | None = None
+
+
+Observation: TypeAlias = GrpcStatus | HttpStatus | Timeout | Refused | Throttled | Stated
+
+
+def grpc_code(name: object, where: str) -> str:
+    """A validated gRPC status name (upper case), or ConfigError."""
+    if not isinstance(name, str):
+        raise ConfigError(where, f"must be a gRPC status name, got {name!r}")
+    upper = name.upper()
+    if upper == "OK" or upper not in _GRPC_NAMES:
+        raise ConfigError(where, f"unknown gRPC status {name!r}; one of {sorted(_GRPC_NAMES - {'OK'})}")
+    return upper
+
+
+_GRPC_NAMES = frozenset(
+    {
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    }
+)
+
+
+def _grpc_error(code: str, trailing: tuple[tuple[str, str], ...], details: str) -> Exception:
+    try:
+        import grpc  # noqa: PLC0415 - only scenarios that speak gRPC need it
+        from grpc.aio import AioRpcError, Metadata  # noqa: PLC0415
+    except ImportError:
+        raise ConfigError("client.protocol", "a gRPC scenario needs grpcio: pip install 'poise_py[grpc]'") from None
+    return AioRpcError(grpc.StatusCode[code], Metadata(), Metadata(*trailing), details)
+
+
+def _httpx() -> object:
+    try:
+        import httpx  # noqa: PLC0415 - only scenarios that speak HTTP need it
+    except ImportError:
+        raise ConfigError("client.protocol", "an HTTP scenario needs httpx: pip install 'poise_py[httpx]'") from None
+    return httpx
+
+
+def _http_status_error(status: int, retry_after: float | None) -> Exception:
+    import httpx  # noqa: PLC0415
+
+    request = httpx.Request("GET", _ADDRESS)
+    headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
+    response = httpx.Response(status, headers=headers, request=request)
+    return httpx.HTTPStatusError(f"status {status}", request=request, response=response)
+
+
+def exception_for(observation: Observation, protocol: Protocol) -> Exception:
+    """The exception a client speaking ``protocol`` raises when it observes ``observation``."""
+    match observation:
+        case Stated(fault=fault, retry_after=retry_after):
+            return FaultError(fault, retry_after=retry_after)
+        case GrpcStatus(code=code, trailing=trailing):
+            return _grpc_error(code, trailing, code.lower())
+        case HttpStatus(status=status, retry_after=retry_after):
+            _httpx()
+            return _http_status_error(status, retry_after)
+    if protocol is Protocol.GRPC:
+        if isinstance(observation, Timeout):
+            return _grpc_error("DEADLINE_EXCEEDED", (), "Deadline Exceeded")
+        if isinstance(observation, Refused):
+            return _grpc_error("UNAVAILABLE", (), "failed to connect to all addresses: Connection refused")
+        trailing = () if observation.retry_after is None else (("retry-after", f"{observation.retry_after:g}"),)
+        return _grpc_error("RESOURCE_EXHAUSTED", trailing, "rate limited")
+    if protocol is Protocol.HTTP:
+        import httpx  # noqa: PLC0415 - checked when the scenario was loaded
+
+        request = httpx.Request("GET", _ADDRESS)
+        if isinstance(observation, Timeout):
+            return httpx.ReadTimeout("timed out", request=request)
+        if isinstance(observation, Refused):
+            return httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        return _http_status_error(429, observation.retry_after)
+    if isinstance(observation, Timeout):
+        return TimeoutError("timed out")
+    if isinstance(observation, Refused):
+        return ConnectionRefusedError(111, "Connection refused")
+    return FaultError(Fault.TRANSIENT, "rate limited", retry_after=observation.retry_after)
+
+
+class ClassifierName(enum.Enum):
+    """The classifier a configuration names."""
+
+    DEFAULT = "default"
+    GRPC = "grpc"
+    HTTP = "http"
+
+
+@attrs.frozen(kw_only=True)
+class Client:
+    """The simulated client: its library, and how its classifier is built.
+
+    Attributes:
+        protocol: what a timeout or a refused connection raises.
+        classifier: the classifier the built-in configurations use (default: the
+            protocol's preset, ``classify.grpc()`` / ``classify.http()`` /
+            ``default_classifier``).
+        marker: ``classify.grpc(marker=...)``: the trailing-metadata pair of a deliberate
+            INTERNAL (FATAL).
+        gateway: ``classify.http(gateway=...)``: the fault of a 502/503/504.
+    """
+
+    protocol: Protocol = Protocol.PLAIN
+    classifier: ClassifierName | None = None
+    marker: tuple[str, str] | None = None
+    gateway: Fault = Fault.SUSPECT
+
+    def check(self) -> None:
+        """Fail now (ConfigError) if the client's library is not installed."""
+        if self.protocol is Protocol.GRPC:
+            _grpc_error("UNKNOWN", (), "check")
+        elif self.protocol is Protocol.HTTP:
+            _httpx()
+
+    def build(self, name: ClassifierName | None = None) -> Classifier:
+        """The classifier ``name`` (default: this client's) with this client's options."""
+        chosen = (
+            name
+            or self.classifier
+            or ClassifierName(self.protocol.value if self.protocol is not Protocol.PLAIN else "default")
+        )
+        factories: dict[ClassifierName, Callable[[], Classifier]] = {
+            ClassifierName.DEFAULT: lambda: default_classifier,
+            ClassifierName.GRPC: lambda: presets.grpc(marker=self.marker),
+            ClassifierName.HTTP: lambda: presets.http(gateway=self.gateway),
+        }
+        return factories[chosen]()
+
+
+class Observer:
+    """One run's exceptions, built once per distinct observation (classifiers only read them)."""
+
+    __slots__ = ("_cache", "_protocol")
+
+    def __init__(self, protocol: Protocol) -> None:
+        self._protocol = protocol
+        self._cache: dict[Observation, Exception] = {}
+
+    def exception(self, observation: Observation) -> Exception:
+        """The exception for ``observation``."""
+        exc = self._cache.get(observation)
+        if exc is None:
+            exc = self._cache[observation] = exception_for(observation, self._protocol)
+        return exc

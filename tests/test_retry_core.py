@@ -1,0 +1,49 @@
+"""The pure retry decision shared by ``LoadBalancer.call`` and the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+import poise_py as poise
+from poise_py._core._budget import Budget
+from poise_py._core._retry import Next, RetryLoop
+
+
+def budget(percent: float = 0.0, min_per_second: float = 0.0) -> Budget:
+    return Budget(poise.RetryBudget(percent=percent, min_per_second=min_per_second, ttl=10.0))
+
+
+def test_a_caller_fault_ends_the_request_without_asking_the_budget() -> None:
+    shared = budget(min_per_second=0.1)  # one retry in 10 s
+    loop = RetryLoop(shared, 3)
+    loop.start(0.0)
+    loop.attempt("a")
+    assert loop.after_fault(poise.Fault.CALLER, 0.0) is Next.NOT_RETRYABLE
+    assert shared.balance(0.0) == pytest.approx(1.0)
+
+
+def test_the_last_attempt_never_spends_budget() -> None:
+    shared = budget(min_per_second=1.0)
+    loop = RetryLoop(shared, 2)
+    loop.start(0.0)
+    loop.attempt("a")
+    assert loop.after_fault(poise.Fault.SUSPECT, 0.0) is Next.RETRY
+    loop.attempt("b")
+    before = shared.balance(0.0)
+    assert loop.after_fault(poise.Fault.TRANSIENT, 0.0) is Next.ATTEMPTS_SPENT
+    assert shared.balance(0.0) == before
+    assert loop.exclude == ["a", "b"]
+
+
+def test_a_spent_budget_denies_the_retry() -> None:
+    loop = RetryLoop(budget(), 3)
+    loop.start(0.0)
+    loop.attempt("a")
+    assert loop.after_fault(poise.Fault.FATAL, 0.0) is Next.BUDGET_SPENT
+
+
+def test_attempts_below_one_are_a_config_error() -> None:
+    with pytest.raises(poise.ConfigError, match="attempts"):
+        RetryLoop(budget(), 0)
+    with pytest.raises(poise.ConfigError, match="attempts"):
+        RetryLoop(budget(), True)
