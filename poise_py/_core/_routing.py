@@ -347,6 +347,7 @@ class DegradedScope(Scope):
 
     __slots__ = ()
 
+    capacity: int  # declared again: pyright infers nothing for a slot a subclass assigns
     degraded = True
 
     def _view(self) -> Loads:
