@@ -101,6 +101,7 @@ class Pool:
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
     timed: bool
+    stores_loads: bool
     suppressed_ejections: int
     routing: Routing
     panic: Panic | None
