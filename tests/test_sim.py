@@ -464,16 +464,7 @@ BASELINES = ("naive round-robin", "first-strike eviction", "constant-window brea
 GOAL_SCENARIOS = [
     pytest.param("grpc-worker-pool", id="grpc-worker-pool"),
     pytest.param("llm-gateway", id="llm-gateway"),
-    pytest.param(
-        "discovery-churn",
-        id="discovery-churn",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="after the publisher dies, 5 of the 6 last-known members are gone; the 50% ejection "
-            "guard keeps the un-ejected ones as degraded reserve, which still takes the load the one "
-            "live member cannot (first-strike and the constant-window breaker have no guard)",
-        ),
-    ),
+    pytest.param("discovery-churn", id="discovery-churn"),
 ]
 
 
