@@ -22,7 +22,9 @@ Two runs are kept in one int: SUSPECT/FATAL strikes and TRANSIENT faults; a succ
 both, a fault of one class never ends the other's. A trip the pool's
 ``max_ejection_percent`` refuses leaves the circuit CLOSED but *degraded* (reserve
 capacity for the router) with the refused cause, until a success finds no trip condition
-left, any move, or :meth:`Circuit.eject_degraded` once the pool has room.
+left, any move, or :meth:`Circuit.eject_degraded` once the pool has room. The guard only
+refuses when the pool does not *vouch* (``record``'s ``vouch``, asked only then): when the
+endpoints still in rotation are answering, the fault is the endpoint's own and it trips.
 
 Nothing here reads a clock: ``now`` comes in, :meth:`Circuit.next_deadline` goes out,
 and the async shell calls :meth:`Circuit.handle_timer` when that deadline passes (or
@@ -411,9 +413,10 @@ class Circuit:
         ``may_eject`` is the pool's max-ejection-percent verdict: when False, a trip from
         CLOSED is suppressed (counted in ``suppressed_ejections``), the circuit stays
         closed and degrades, unless ``vouch`` (asked only then) says the rest of the pool
-        is answering, so the fault is this endpoint's own and the trip is carried out. ``quorum`` (with ``minimum_hosts``) says whether enough of
-        the pool has the volume for the failure-rate trip to apply. Returns the
-        transition made, if any. A stale ticket is counted and otherwise ignored.
+        is answering, so the fault is this endpoint's own and the trip is carried out.
+        ``quorum`` (with ``minimum_hosts``) says whether enough of the pool has the volume
+        for the failure-rate trip to apply. Returns the transition made, if any. A stale
+        ticket is counted and otherwise ignored.
         """
         if ticket.epoch != self.epoch:
             self.stale_results += 1
@@ -421,9 +424,7 @@ class Circuit:
         if ticket.probe:
             self.probes_in_flight -= 1
             return self._record_probe(fault, now, retry_after)
-        return self._record_closed(
-            fault, now, latency, retry_after, may_eject=may_eject, quorum=quorum, vouch=vouch
-        )
+        return self._record_closed(fault, now, latency, retry_after, may_eject=may_eject, quorum=quorum, vouch=vouch)
 
     def handle_timer(self, now: float) -> Transition | None:
         """Move OPEN -> HALF_OPEN once ``reopen_at`` has passed (never while leased)."""
