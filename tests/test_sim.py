@@ -162,9 +162,12 @@ def test_discovery_churn_last_known_good_outlives_a_dead_publisher() -> None:
     last_known_good = by_name["poise_py default"]
     fail_closed = by_name["poise_py fail-closed"]
     unguarded = by_name["poise_py, max_ejection_percent = 1.0"]
-    assert fail_closed.success_rate < last_known_good.success_rate < unguarded.success_rate
+    assert fail_closed.success_rate < last_known_good.success_rate
     assert last_known_good.success_rate > by_name["naive round-robin"].success_rate
-    assert unguarded.success_rate > 0.999
+    # The live member answers, so the guard lets every departed member go: the default
+    # does as well as no guard at all.
+    assert last_known_good.success_rate == unguarded.success_rate > 0.999
+    assert last_known_good.probes_to_dead <= unguarded.probes_to_dead
     assert all(r.spurious_ejections == 0 for r in report.results)
 
 
