@@ -14,7 +14,7 @@ from poise_py.sim._engine import Engine, RunResult
 
 
 def run(name: str) -> RunResult:
-    scenario = sim.load_scenario("seed-002-fleet")
+    scenario = sim.load_scenario("fleet-shared-breaker")
     (config,) = [c for c in scenario.all_configurations() if c.name == name]
     engine = Engine(
         [model.fresh() for model in scenario.endpoints],

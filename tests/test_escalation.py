@@ -48,7 +48,7 @@ def test_jitter_never_leaves_the_band_or_passes_the_maximum(
     assert w >= esc.window(level) * (1 - jitter) - 1e-9
 
 
-def test_seed_001_exponential_sequence_60_120_240_then_the_300_cap() -> None:
+def test_llm_gateway_exponential_sequence_60_120_240_then_the_300_cap() -> None:
     esc = poise.Escalation(base=60, maximum=300, jitter=0.0)
     assert [esc.window(n) for n in range(6)] == [60, 120, 240, 300, 300, 300]
 

@@ -60,7 +60,7 @@ def seed_000_lb(clock: FakeClock) -> poise.LoadBalancer:
     )
 
 
-async def test_seed_000_one_ambiguous_internal_never_ejects_a_live_worker(clock: FakeClock) -> None:
+async def test_grpc_pool_one_ambiguous_internal_never_ejects_a_live_worker(clock: FakeClock) -> None:
     workers = Workers(clock)
     async with seed_000_lb(clock) as lb:
         workers.once["w1"] = rpc_error(grpc.StatusCode.INTERNAL)
@@ -73,7 +73,7 @@ async def test_seed_000_one_ambiguous_internal_never_ejects_a_live_worker(clock:
         assert snap["w1"].state is CircuitState.CLOSED
 
 
-async def test_seed_000_persistent_internal_ejects_then_cooldown_grows_then_readmits(
+async def test_grpc_pool_persistent_internal_ejects_then_cooldown_grows_then_readmits(
     clock: FakeClock,
 ) -> None:
     workers = Workers(clock)
@@ -104,7 +104,7 @@ async def test_seed_000_persistent_internal_ejects_then_cooldown_grows_then_read
         assert "w1" in served
 
 
-async def test_seed_000_marked_internal_is_evict_now(clock: FakeClock) -> None:
+async def test_grpc_pool_marked_internal_is_evict_now(clock: FakeClock) -> None:
     workers = Workers(clock)
     async with seed_000_lb(clock) as lb:
         workers.once["w2"] = rpc_error(grpc.StatusCode.INTERNAL, MARKER)
@@ -115,7 +115,7 @@ async def test_seed_000_marked_internal_is_evict_now(clock: FakeClock) -> None:
         assert snap.counters.faults[Fault.FATAL] == 1
 
 
-async def test_seed_000_a_pool_where_every_worker_fails_is_never_drained(clock: FakeClock) -> None:
+async def test_grpc_pool_where_every_worker_fails_is_never_drained(clock: FakeClock) -> None:
     workers = Workers(clock)
     async with seed_000_lb(clock) as lb:
         for w in ("w1", "w2", "w3"):
@@ -137,7 +137,7 @@ TIERED = poise.CircuitPolicy(
 )
 
 
-async def test_seed_001_rate_limited_provider_recovers_on_its_next_probe(clock: FakeClock) -> None:
+async def test_llm_gateway_rate_limited_provider_recovers_on_its_next_probe(clock: FakeClock) -> None:
     async with static_lb("t0", circuit=TIERED, clock=clock) as lb:
         async with lb.acquire() as permit:
             permit.fail(Fault.TRANSIENT, retry_after=60.0)
@@ -151,7 +151,7 @@ async def test_seed_001_rate_limited_provider_recovers_on_its_next_probe(clock: 
         assert lb.snapshot()["t0"].state is CircuitState.CLOSED
 
 
-async def test_seed_001_revoked_key_is_blocked_and_never_probed(clock: FakeClock) -> None:
+async def test_llm_gateway_revoked_key_is_blocked_and_never_probed(clock: FakeClock) -> None:
     async with static_lb("t0", "t1", circuit=TIERED, clock=clock) as lb:
         async with lb.acquire(exclude=["t1"]) as permit:
             permit.fail(Fault.PERMANENT)
@@ -168,7 +168,7 @@ async def test_seed_001_revoked_key_is_blocked_and_never_probed(clock: FakeClock
         assert lb.snapshot()["t0"].state is CircuitState.CLOSED
 
 
-async def test_seed_001_open_window_doubles_per_failed_probe_to_the_cap_and_resets(clock: FakeClock) -> None:
+async def test_llm_gateway_open_window_doubles_per_failed_probe_to_the_cap_and_resets(clock: FakeClock) -> None:
     async with static_lb("t0", circuit=TIERED, clock=clock) as lb:
         async with lb.acquire() as permit:
             permit.fail()

@@ -48,10 +48,10 @@ def test_distribute_fills_tiers_in_order_and_scales_up_when_health_is_short() ->
     assert distribute([0, 0]) == [0, 0]
 
 
-# -- the seed-001 waterfall: T0 -> T1 -> T2 ------------------------------------------------
+# -- the LLM gateway's waterfall: T0 -> T1 -> T2 ------------------------------------------------
 
 
-def test_seed_001_waterfall_spills_t0_to_t1_to_t2_by_the_overprovisioning_arithmetic() -> None:
+def test_llm_gateway_waterfall_spills_t0_to_t1_to_t2_by_the_overprovisioning_arithmetic() -> None:
     pool = make_pool(poise.RoundRobin(), tiered(14, 14, 4))
     t0 = [f"t0-{i}" for i in range(14)]
     t1 = [f"t1-{i}" for i in range(14)]

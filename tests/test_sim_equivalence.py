@@ -29,7 +29,7 @@ pytestmark = pytest.mark.anyio
 MARKER = ("wool-fault", "worker-internal")
 DEADLINE = 0.2
 CALLS = 80
-CIRCUIT = poise.CircuitPolicy(max_ejection_percent=100)
+CIRCUIT = poise.CircuitPolicy(max_ejection_percent=1.0)
 EJECTED = {poise.CircuitState.OPEN, poise.CircuitState.HALF_OPEN, poise.CircuitState.BLOCKED}
 
 
@@ -49,7 +49,7 @@ attempts = 1
 [[configurations]]
 name = "same"
 policy = "round_robin"
-circuit = {{ max_ejection_percent = 100 }}
+circuit = {{ max_ejection_percent = 1.0 }}
 """
     import tomllib
 
