@@ -37,14 +37,22 @@ def fail(pool: Pool, endpoint_id: str, fault: Fault = Fault.FATAL, now: float = 
 
 
 def picks(
-    pool: Pool, n: int, now: float = 0.0, *, failing: frozenset[str] = frozenset()
+    pool: Pool,
+    n: int,
+    now: float = 0.0,
+    *,
+    failing: frozenset[str] = frozenset(),
+    cancelled: frozenset[str] = frozenset(),
 ) -> collections.Counter[tuple[str, DecisionMode]]:
-    """``n`` calls; those to ``failing`` endpoints fail (FATAL), the rest succeed."""
+    """``n`` calls; those to ``failing`` endpoints fail (FATAL), those to ``cancelled``
+    ones are cancelled (no outcome), the rest succeed."""
     counts: collections.Counter[tuple[str, DecisionMode]] = collections.Counter()
     for _ in range(n):
         state, ticket, at, decision = pool.select(lambda: now)
         counts[state.endpoint.id, decision.mode] += 1
-        if state.endpoint.id in failing:
+        if state.endpoint.id in cancelled:
+            pool.cancel(state, ticket)
+        elif state.endpoint.id in failing:
             pool.complete(state, ticket, Fault.FATAL, now)
         else:
             pool.succeed(state, ticket, lambda: now, at)
@@ -81,12 +89,13 @@ def test_a_degraded_endpoint_takes_no_traffic_while_the_healthy_ones_have_capaci
 
 def test_degraded_endpoints_take_the_capacity_the_healthy_ones_lack_as_degraded() -> None:
     # Four endpoints: two OPEN, one degraded, one healthy. Healthy health 1.4/4 = 35%,
-    # the reserve 35% more; scaled to the whole traffic, half each.
+    # the reserve 35% more; scaled to the whole traffic, half each. (The degraded one's
+    # calls are cancelled: a fault there, with the healthy one answering, would eject it.)
     pool = make_pool(eps=tiered(4), circuit=guarded())
     for i in range(3):
         fail(pool, f"t0-{i}")
     assert pool.router.routes[0][0] == TRAFFIC_UNITS // 2
-    counts = picks(pool, 2000, failing=frozenset({"t0-2"}))
+    counts = picks(pool, 2000, cancelled=frozenset({"t0-2"}))
     assert set(counts) == {("t0-3", HEALTHY), ("t0-2", DEGRADED)}
     assert 900 < counts["t0-2", DEGRADED] < 1100
 
@@ -226,3 +235,92 @@ async def test_snapshot_statistics_and_events_show_degraded_endpoints(clock: Fak
         assert ended == [poise.EndpointDegradationEnded(at=clock(), endpoint_id="b", ejected=True)]
         assert lb.snapshot()["b"].state is CircuitState.OPEN
         assert lb.snapshot().degraded == 0
+
+
+# -- the guard tells a dying endpoint from a sick pool -------------------------------------
+
+
+def call(lb: poise.LoadBalancer, endpoint_id: str, fault: Fault | None) -> None:
+    """One call routed to ``endpoint_id`` (every other endpoint excluded)."""
+    permit = lb.acquire(exclude=[s.endpoint.id for s in lb.snapshot().endpoints if s.endpoint.id != endpoint_id])
+    assert permit.endpoint.id == endpoint_id
+    if fault is None:
+        permit.succeed()
+    else:
+        permit.fail(fault)
+
+
+def refuse(lb: poise.LoadBalancer, endpoint_id: str) -> None:
+    """A departed member: refused connections (TRANSIENT) until the default run trips."""
+    for _ in range(5):
+        call(lb, endpoint_id, Fault.TRANSIENT)
+
+
+@pytest.mark.anyio
+async def test_dying_endpoints_leave_past_the_guard_while_the_rest_of_the_pool_answers(clock: FakeClock) -> None:
+    # Six remembered members, five of them gone (a dead discovery publisher's last
+    # snapshot): the live one answers, so each departed one is ejected, guard or not.
+    ids = ("a", "b", "c", "d", "e", "live")
+    async with static_lb(*ids, clock=clock) as lb:
+        for endpoint_id in ids:
+            call(lb, endpoint_id, None)
+        for endpoint_id in ids[:5]:
+            refuse(lb, endpoint_id)
+        snap = lb.snapshot()
+        assert [snap[i].state for i in ids] == [CircuitState.OPEN] * 5 + [CircuitState.CLOSED]
+        assert snap.ejected == 5
+        assert snap.degraded == 0
+        for _ in range(20):
+            async with lb.acquire() as permit:
+                assert permit.endpoint.id == "live"
+
+
+@pytest.mark.anyio
+async def test_a_degraded_endpoint_leaves_at_its_next_fault_once_the_pool_answers_again(clock: FakeClock) -> None:
+    async with static_lb("a", "b", "c", "d", clock=clock) as lb:
+        for endpoint_id in "abcd":
+            call(lb, endpoint_id, None)
+        refuse(lb, "a")
+        refuse(lb, "b")
+        call(lb, "d", Fault.SUSPECT)  # d's latest call failed: no vouching
+        refuse(lb, "c")
+        assert lb.snapshot()["c"].degraded
+        call(lb, "d", None)  # d answers again
+        call(lb, "c", Fault.TRANSIENT)
+        snap = lb.snapshot()
+        assert snap["c"].state is CircuitState.OPEN
+        assert snap.degraded == 0
+        assert snap.ejected == 3
+
+
+@pytest.mark.anyio
+async def test_a_sick_pool_is_not_drained_past_the_guard(clock: FakeClock) -> None:
+    # A shared dependency fails every call on every endpoint: the ones still in rotation
+    # fail too, so the guard holds and the rest are degraded, not ejected.
+    ids = ("a", "b", "c", "d", "e", "f")
+    async with static_lb(*ids, clock=clock) as lb:
+        for endpoint_id in ids:
+            call(lb, endpoint_id, None)
+        for _ in range(5):  # one burst: every endpoint fails each round
+            for endpoint_id in ids:
+                if lb.snapshot()[endpoint_id].state is CircuitState.CLOSED:
+                    call(lb, endpoint_id, Fault.SUSPECT)
+        snap = lb.snapshot()
+        assert snap.ejected == 3  # the guard's limit for six
+        assert snap.degraded == 3
+        assert snap.available == 3
+
+
+@pytest.mark.anyio
+async def test_the_last_endpoint_in_rotation_is_never_ejected_past_the_guard(clock: FakeClock) -> None:
+    # Nobody is left to vouch for the pool: the guard holds as before.
+    async with static_lb("a", "b", clock=clock) as lb:
+        call(lb, "a", None)
+        call(lb, "b", None)
+        refuse(lb, "a")
+        refuse(lb, "b")
+        snap = lb.snapshot()
+        assert snap["a"].state is CircuitState.OPEN
+        assert snap["b"].state is CircuitState.CLOSED
+        assert snap["b"].degraded
+        assert snap.available == 1

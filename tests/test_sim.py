@@ -162,9 +162,12 @@ def test_discovery_churn_last_known_good_outlives_a_dead_publisher() -> None:
     last_known_good = by_name["poise_py default"]
     fail_closed = by_name["poise_py fail-closed"]
     unguarded = by_name["poise_py, max_ejection_percent = 1.0"]
-    assert fail_closed.success_rate < last_known_good.success_rate < unguarded.success_rate
+    assert fail_closed.success_rate < last_known_good.success_rate
     assert last_known_good.success_rate > by_name["naive round-robin"].success_rate
-    assert unguarded.success_rate > 0.999
+    # The live member answers, so the guard lets every departed member go: the default
+    # does as well as no guard at all.
+    assert last_known_good.success_rate == unguarded.success_rate > 0.999
+    assert last_known_good.probes_to_dead <= unguarded.probes_to_dead
     assert all(r.spurious_ejections == 0 for r in report.results)
 
 
@@ -464,16 +467,7 @@ BASELINES = ("naive round-robin", "first-strike eviction", "constant-window brea
 GOAL_SCENARIOS = [
     pytest.param("grpc-worker-pool", id="grpc-worker-pool"),
     pytest.param("llm-gateway", id="llm-gateway"),
-    pytest.param(
-        "discovery-churn",
-        id="discovery-churn",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="after the publisher dies, 5 of the 6 last-known members are gone; the 50% ejection "
-            "guard keeps the un-ejected ones as degraded reserve, which still takes the load the one "
-            "live member cannot (first-strike and the constant-window breaker have no guard)",
-        ),
-    ),
+    pytest.param("discovery-churn", id="discovery-churn"),
 ]
 
 

@@ -22,7 +22,9 @@ Two runs are kept in one int: SUSPECT/FATAL strikes and TRANSIENT faults; a succ
 both, a fault of one class never ends the other's. A trip the pool's
 ``max_ejection_percent`` refuses leaves the circuit CLOSED but *degraded* (reserve
 capacity for the router) with the refused cause, until a success finds no trip condition
-left, any move, or :meth:`Circuit.eject_degraded` once the pool has room.
+left, any move, or :meth:`Circuit.eject_degraded` once the pool has room. The guard only
+refuses when the pool does not *vouch* (``record``'s ``vouch``, asked only then): when the
+endpoints still in rotation are answering, the fault is the endpoint's own and it trips.
 
 Nothing here reads a clock: ``now`` comes in, :meth:`Circuit.next_deadline` goes out,
 and the async shell calls :meth:`Circuit.handle_timer` when that deadline passes (or
@@ -158,6 +160,11 @@ class Ticket:
 
 
 _TICKETS: dict[tuple[int, bool], Ticket] = {}
+
+
+def _refused(may_eject: bool, vouch: Callable[[], bool] | None) -> bool:  # noqa: FBT001
+    """Whether the guard refuses a trip: no room, and the rest of the pool does not vouch."""
+    return not may_eject and (vouch is None or not vouch())
 
 
 def ticket(epoch: int, *, probe: bool) -> Ticket:
@@ -338,6 +345,14 @@ class Circuit:
             return IneligibleReason.PERMANENT
         return IneligibleReason.RETIRED
 
+    def answering(self, now: float) -> bool:
+        """CLOSED and not degraded, with its latest outcome a success since it closed.
+
+        The evidence a pool's ``vouch`` reads: no SUSPECT, FATAL or TRANSIENT fault since
+        the last success, and at least one outcome in the window.
+        """
+        return self.state is _C and not self.degraded and not self._consecutive and self.window_counts(now)[0] > 0
+
     def window_counts(self, now: float) -> tuple[int, int, int]:
         """``(volume, failures, slow)`` of the outcome window."""
         window = self._window
@@ -396,14 +411,17 @@ class Circuit:
         retry_after: float | None = None,
         may_eject: bool = True,
         quorum: Callable[[float], bool] | None = None,
+        vouch: Callable[[], bool] | None = None,
     ) -> Transition | None:
         """Record a completed call's outcome (``fault`` None means success).
 
         ``may_eject`` is the pool's max-ejection-percent verdict: when False, a trip from
         CLOSED is suppressed (counted in ``suppressed_ejections``), the circuit stays
-        closed and degrades. ``quorum`` (with ``minimum_hosts``) says whether enough of
-        the pool has the volume for the failure-rate trip to apply. Returns the
-        transition made, if any. A stale ticket is counted and otherwise ignored.
+        closed and degrades, unless ``vouch`` (asked only then) says the rest of the pool
+        is answering, so the fault is this endpoint's own and the trip is carried out.
+        ``quorum`` (with ``minimum_hosts``) says whether enough of the pool has the volume
+        for the failure-rate trip to apply. Returns the transition made, if any. A stale
+        ticket is counted and otherwise ignored.
         """
         if ticket.epoch != self.epoch:
             self.stale_results += 1
@@ -411,7 +429,7 @@ class Circuit:
         if ticket.probe:
             self.probes_in_flight -= 1
             return self._record_probe(fault, now, retry_after)
-        return self._record_closed(fault, now, latency, retry_after, may_eject=may_eject, quorum=quorum)
+        return self._record_closed(fault, now, latency, retry_after, may_eject=may_eject, quorum=quorum, vouch=vouch)
 
     def handle_timer(self, now: float) -> Transition | None:
         """Move OPEN -> HALF_OPEN once ``reopen_at`` has passed (never while leased)."""
@@ -548,6 +566,7 @@ class Circuit:
         *,
         may_eject: bool,
         quorum: Callable[[float], bool] | None,
+        vouch: Callable[[], bool] | None = None,
     ) -> Transition | None:
         policy = self.policy
         slow_limit = policy.slow_call_duration
@@ -556,18 +575,18 @@ class Circuit:
             self._consecutive = 0
             self._add(flags, now)
             if flags and policy.slow_call_rate is not None:
-                return self._maybe_trip(now, retry_after, may_eject=may_eject, quorum=quorum)
+                return self._maybe_trip(now, retry_after, may_eject=may_eject, quorum=quorum, vouch=vouch)
             if self.degraded and self._trip_cause(now, quorum) is None:
                 self._set_degraded(None)  # the refused trip's condition no longer holds
             return None
         if fault is Fault.SUSPECT:
             self._strike()
             self._add(flags | FAILED, now)
-            return self._maybe_trip(now, retry_after, may_eject=may_eject, quorum=quorum)
+            return self._maybe_trip(now, retry_after, may_eject=may_eject, quorum=quorum, vouch=vouch)
         if fault is Fault.FATAL:
             self._strike()
             self._add(flags | FAILED, now)
-            if not may_eject:
+            if _refused(may_eject, vouch):
                 self._suppress(Cause.FATAL)
                 return self._retry_after_open(now, retry_after)
             return self._eject(Cause.FATAL, now, retry_after)
@@ -577,7 +596,7 @@ class Circuit:
             run = self._transient()
             n = policy.consecutive_transient_failures
             if n is not None and run >= n:
-                if not may_eject:
+                if _refused(may_eject, vouch):
                     self._suppress(Cause.CONSECUTIVE_TRANSIENT)
                     return self._retry_after_open(now, retry_after)
                 return self._eject(Cause.CONSECUTIVE_TRANSIENT, now, retry_after)
@@ -637,12 +656,18 @@ class Circuit:
         return runs >> 32
 
     def _maybe_trip(
-        self, now: float, retry_after: float | None, *, may_eject: bool, quorum: Callable[[float], bool] | None
+        self,
+        now: float,
+        retry_after: float | None,
+        *,
+        may_eject: bool,
+        quorum: Callable[[float], bool] | None,
+        vouch: Callable[[], bool] | None = None,
     ) -> Transition | None:
         cause = self._trip_cause(now, quorum)
         if cause is None:
             return self._retry_after_open(now, retry_after)
-        if not may_eject:
+        if _refused(may_eject, vouch):
             self._suppress(cause)
             return self._retry_after_open(now, retry_after)
         return self._eject(cause, now, retry_after)

@@ -14,6 +14,7 @@ reasons are counted only when a selection fails.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import random
@@ -474,14 +475,16 @@ class Pool:
                 return
         before = circuit.suppressed_ejections
         degraded = circuit.degraded
+        may_eject = self._ejected < self._allowance
         transition = circuit.record(
             ticket,
             fault,
             now,
             latency=latency,
             retry_after=retry_after,
-            may_eject=self._ejected < self._allowance,
+            may_eject=may_eject,
             quorum=self._quorum,
+            vouch=None if may_eject else functools.partial(self._rotation_answers, state, now),
         )
         if circuit.suppressed_ejections != before:
             self.suppressed_ejections = sat_add(self.suppressed_ejections)
@@ -678,6 +681,24 @@ class Pool:
             elif circuit.degraded is not state.was_degraded:
                 self._sync(state)
         self._schedule_outliers(now)
+
+    def _rotation_answers(self, state: EndpointState, now: float) -> bool:
+        """Whether the endpoints still in rotation vouch that ``state``'s fault is its own.
+
+        Asked only when ``max_ejection_percent`` has no room for ``state``'s trip. The
+        guard is there for a sick pool, where the endpoints still taking traffic fail
+        too; when every endpoint in rotation (healthy, not ejected, not degraded, not
+        ``state``) answered its latest call, and there is at least one, the pool is not
+        sick and the dying endpoint leaves. Stops at the first one that failed.
+        """
+        vouched = False
+        for other in self.members.values():
+            if other is state or other.pos < 0:
+                continue
+            if not other.circuit.answering(now):
+                return False
+            vouched = True
+        return vouched
 
     def _rate_quorum(self, now: float) -> bool:
         """Whether ``minimum_hosts`` closed circuits have ``minimum_volume`` outcomes (stops early)."""
