@@ -15,35 +15,13 @@ import asyncio
 import functools
 import sys
 from pathlib import Path
-from types import TracebackType
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
-from bench._timing import best_of
-
-
-class Noop:
-    """The baseline: the cheapest possible async context manager."""
-
-    __slots__ = ()
-
-    async def __aenter__(self) -> Noop:
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
-
-
-async def bare(n: int) -> None:
-    cm = Noop()
-    for _ in range(n):
-        async with cm:
-            pass
+from bench._timing import bare, best_of
 
 
 def make_lb(policy: poise.Policy, size: int, circuit: poise.CircuitPolicy | None = None) -> poise.LoadBalancer:

@@ -32,29 +32,9 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
+from bench._timing import bare
 
 KEYS = [f"user-{i}" for i in range(1 << 16)]
-
-
-class Noop:
-    """The baseline: the cheapest possible async context manager."""
-
-    __slots__ = ()
-
-    async def __aenter__(self) -> Noop:
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
-
-
-async def bare(n: int) -> None:
-    cm = Noop()
-    for _ in range(n):
-        async with cm:
-            pass
 
 
 class _Item:
