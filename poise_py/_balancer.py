@@ -407,6 +407,23 @@ class LoadBalancer:
             return
         self._finish(permit, verdict[0], verdict[1])
 
+    def _retry_deposit(self) -> None:
+        """A logical request of a contrib transport begins: its first attempt is a budget deposit."""
+        self._budget.deposit(self._clock())
+
+    def _retry_withdraw(self, tried: Collection[str]) -> bool:
+        """Whether a contrib transport may try another endpoint after ``tried``.
+
+        No when every member was tried; otherwise the retry budget decides, and a denial
+        is counted in :meth:`statistics`.
+        """
+        if len(tried) >= len(self._pool.members):
+            return False
+        if not self._budget.try_withdraw(self._clock()):
+            self._retries_denied += 1
+            return False
+        return True
+
     def _exit_verdict(self, exc: BaseException, endpoint_id: str) -> tuple[Fault, float | None] | None:
         """How a permit block left by ``exc`` is recorded: (fault, retry_after), or None to cancel."""
         if isinstance(exc, BaseExceptionGroup):

@@ -334,15 +334,6 @@ class BalancedChannel:
         permit.fail(fault, retry_after=retry_after)
         return fault
 
-    def _may_retry(self, tried: Collection[str]) -> bool:
-        lb = self._lb
-        if len(tried) >= len(lb._pool.members):
-            return False
-        if not lb._budget.try_withdraw(lb._clock()):
-            lb._retries_denied += 1
-            return False
-        return True
-
 
 def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else deadline - time.monotonic()
@@ -380,7 +371,7 @@ class UnaryUnary:
         deadline = None if timeout is None else time.monotonic() + timeout
         tried: list[str] = []
         last: Exception | None = None
-        lb._budget.deposit(lb._clock())
+        lb._retry_deposit()
         for n in range(attempts):
             try:
                 permit = channel._acquire(self._method, request, tried)
@@ -401,7 +392,7 @@ class UnaryUnary:
                     n == attempts - 1
                     or fault not in RETRYABLE
                     or (left is not None and left <= 0)
-                    or not channel._may_retry(tried)
+                    or not channel._lb._retry_withdraw(tried)
                 ):
                     raise
                 last = exc

@@ -32,7 +32,7 @@ again and again.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -192,10 +192,9 @@ class PoiseTransport(httpx.AsyncBaseTransport):
         if attempts > 1 and not (request.method in IDEMPOTENT_METHODS and isinstance(request.stream, httpx.ByteStream)):
             attempts = 1
         lb = self._lb
-        budget = lb._budget
         key = self._key(request) if self._key is not None else None
         tried: list[str] = []
-        budget.deposit(lb._clock())
+        lb._retry_deposit()
         for n in range(attempts):
             last = n == attempts - 1
             permit = lb.acquire(key=key, exclude=tried) if tried else lb.acquire(key=key)
@@ -204,7 +203,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
                 response = await self._send(permit, request)
             except Exception as exc:
                 fault = self._fail(permit, exc)
-                if last or fault not in RETRYABLE or not self._may_retry(tried):
+                if last or fault not in RETRYABLE or not self._lb._retry_withdraw(tried):
                     if isinstance(exc, _Unusable):
                         raise exc.error from None
                     raise
@@ -222,19 +221,10 @@ class PoiseTransport(httpx.AsyncBaseTransport):
                 )
             fault, retry_after = _split(verdict)
             permit.fail(fault, retry_after=retry_after)
-            if last or fault not in RETRYABLE or not self._may_retry(tried):
+            if last or fault not in RETRYABLE or not self._lb._retry_withdraw(tried):
                 return response
             await response.aclose()
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
-
-    def _may_retry(self, tried: Collection[str]) -> bool:
-        lb = self._lb
-        if len(tried) >= len(lb._pool.members):
-            return False
-        if not lb._budget.try_withdraw(lb._clock()):
-            lb._retries_denied += 1
-            return False
-        return True
 
     async def _send(self, permit: Permit, request: httpx.Request) -> httpx.Response:
         original = request.url
