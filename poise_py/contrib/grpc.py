@@ -339,7 +339,34 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else deadline - time.monotonic()
 
 
-class UnaryUnary:
+class _BalancedCallable:
+    """What every balanced multicallable holds: its channel, method and (de)serializers."""
+
+    def __init__(
+        self,
+        channel: BalancedChannel,
+        kind: str,
+        method: str,
+        serializer: Serializer,
+        deserializer: Deserializer,
+        *,
+        registered: bool,
+    ) -> None:
+        self._channel = channel
+        self._kind = kind
+        self._method = method
+        self._serializer = serializer
+        self._deserializer = deserializer
+        self._registered = registered
+
+    def _stub(self, permit: Permit) -> Any:
+        """The permit's endpoint channel's own multicallable for this method."""
+        return permit.resource.multicallable(
+            self._kind, self._method, self._serializer, self._deserializer, registered=self._registered
+        )
+
+
+class UnaryUnary(_BalancedCallable):
     """The balanced counterpart of ``grpc.aio.UnaryUnaryMultiCallable``: ``await it(request)``."""
 
     def __init__(
@@ -352,11 +379,7 @@ class UnaryUnary:
         registered: bool,
         retry: bool,
     ) -> None:
-        self._channel = channel
-        self._method = method
-        self._serializer = serializer
-        self._deserializer = deserializer
-        self._registered = registered
+        super().__init__(channel, "unary_unary", method, serializer, deserializer, registered=registered)
         self._retry = retry
 
     async def __call__(self, request: Any, *, timeout: float | None = None, **kwargs: Any) -> Any:  # noqa: ASYNC109 - grpc's own signature
@@ -380,9 +403,7 @@ class UnaryUnary:
                     raise
                 raise last from None  # nowhere else to go: the last real error is the answer
             tried.append(permit.endpoint.id)
-            stub = permit.resource.multicallable(
-                "unary_unary", self._method, self._serializer, self._deserializer, registered=self._registered
-            )
+            stub = self._stub(permit)
             try:
                 response = await stub(request, timeout=_remaining(deadline), **kwargs)
             except Exception as exc:
@@ -405,7 +426,7 @@ class UnaryUnary:
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
 
-class StreamUnary:
+class StreamUnary(_BalancedCallable):
     """The balanced counterpart of ``grpc.aio.StreamUnaryMultiCallable``: ``await it(requests)``."""
 
     def __init__(
@@ -417,11 +438,7 @@ class StreamUnary:
         *,
         registered: bool,
     ) -> None:
-        self._channel = channel
-        self._method = method
-        self._serializer = serializer
-        self._deserializer = deserializer
-        self._registered = registered
+        super().__init__(channel, "stream_unary", method, serializer, deserializer, registered=registered)
 
     async def __call__(
         self,
@@ -433,9 +450,7 @@ class StreamUnary:
         """Stream ``request_iterator`` to a chosen endpoint and return its one response."""
         channel = self._channel
         permit = channel._acquire(self._method, None)
-        stub = permit.resource.multicallable(
-            "stream_unary", self._method, self._serializer, self._deserializer, registered=self._registered
-        )
+        stub = self._stub(permit)
         try:
             response = await stub(request_iterator, timeout=timeout, **kwargs)
         except Exception as exc:
@@ -448,33 +463,14 @@ class StreamUnary:
         return response
 
 
-class StreamingCallable:
+class StreamingCallable(_BalancedCallable):
     """The balanced counterpart of ``UnaryStreamMultiCallable`` / ``StreamStreamMultiCallable``."""
-
-    def __init__(
-        self,
-        channel: BalancedChannel,
-        kind: str,
-        method: str,
-        serializer: Serializer,
-        deserializer: Deserializer,
-        *,
-        registered: bool,
-    ) -> None:
-        self._channel = channel
-        self._kind = kind
-        self._method = method
-        self._serializer = serializer
-        self._deserializer = deserializer
-        self._registered = registered
 
     def __call__(self, request: Any = None, *, timeout: float | None = None, **kwargs: Any) -> StreamCall:
         """Start the call now on a chosen endpoint: a request (unary-stream) or request iterator."""
         channel = self._channel
         permit = channel._acquire(self._method, request if self._kind == "unary_stream" else None)
-        stub = permit.resource.multicallable(
-            self._kind, self._method, self._serializer, self._deserializer, registered=self._registered
-        )
+        stub = self._stub(permit)
         try:
             call = stub(request, timeout=timeout, **kwargs)
         except Exception as exc:
