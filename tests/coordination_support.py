@@ -493,14 +493,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[N
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """One Redis Cluster for the session: three masters, one replica each, real redis-servers."""
-    cluster = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    with started_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def started_cluster(path: Path) -> Iterator[RedisCluster]:
+    """A real Redis Cluster under ``path``, stopped afterwards; a failure to start fails the test."""
+    cluster = RedisCluster(path)
     try:
         cluster.start()
     except RedisServerError as exc:
         cluster.stop()
         pytest.fail(str(exc))
-    yield cluster
-    cluster.stop()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(params=[*FLEETS, "cluster"])

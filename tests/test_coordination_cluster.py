@@ -20,8 +20,8 @@ import pytest
 
 import poise_py as poise
 from poise_py import CircuitState
-from tests.coordination_support import COREDIS_LEAK, REAL_CLOCK_BACKENDS, ClusterFleet
-from tests.redis_server import RedisCluster, RedisServerError
+from tests.coordination_support import COREDIS_LEAK, REAL_CLOCK_BACKENDS, ClusterFleet, started_cluster
+from tests.redis_server import RedisCluster
 from tests.test_coordination import fail, state_of, stats
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings(COREDIS_LEAK)]
@@ -35,14 +35,8 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture
 def private_cluster(tmp_path: Path) -> Iterator[RedisCluster]:
     """Three masters with one replica each, to fail over."""
-    cluster = RedisCluster(tmp_path / "cluster")
-    try:
-        cluster.start()
-    except RedisServerError as exc:
-        cluster.stop()
-        pytest.fail(str(exc))
-    yield cluster
-    cluster.stop()
+    with started_cluster(tmp_path / "cluster") as cluster:
+        yield cluster
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Unclosed <MemoryObject", ResourceWarning)
         gc.collect()
