@@ -8,10 +8,11 @@ the clock; the only awaits are in the background tasks (discovery, timers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
-from collections.abc import AsyncIterable, Awaitable, Callable, Collection, Hashable
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Collection, Hashable
 from threading import get_ident
 from types import TracebackType
 from typing import Any, TypeVar
@@ -677,13 +678,17 @@ class LoadBalancer:
         # A Subscription can restart from a full snapshot once we reject one of its updates.
         resync: Callable[[], None] | None = getattr(iterator, "resync", None)
         try:
-            async for update in iterator:
-                try:
-                    await self._apply(update)
-                except DiscoveryError as exc:
-                    self._discovery_rejected(update, exc)
-                    if resync is not None:
-                        resync()
+            # An async generator source is closed here, in this task, however the loop ends.
+            async with (
+                contextlib.aclosing(iterator) if isinstance(iterator, AsyncGenerator) else contextlib.nullcontext()
+            ):
+                async for update in iterator:
+                    try:
+                        await self._apply(update)
+                    except DiscoveryError as exc:
+                        self._discovery_rejected(update, exc)
+                        if resync is not None:
+                            resync()
         except Exception:
             logger.exception("poise_py: the discovery stream failed")
         self._discovery_ended()

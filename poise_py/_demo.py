@@ -434,7 +434,12 @@ def run_demo(*, requests: int = 3000, seed: int = 7, live: bool = True, web: int
         "[bold]poise demo[/]: 6 HTTP backends on 127.0.0.1: 2 steady, 1 flapping, 1 returning 500s,"
         " 1 slow, 1 rate-limited with Retry-After"
     )
-    runs = trio.run(functools.partial(_main, requests, seed, console, live=live, web=web))
+    # Ctrl-C lands at a checkpoint, so the task groups unwind as a cancellation and every
+    # stream and generator in flight is closed before the run ends (no late finalizers).
+    runs = trio.run(
+        functools.partial(_main, requests, seed, console, live=live, web=web),
+        restrict_keyboard_interrupt_to_checkpoints=True,
+    )
     report(runs, console)
     return 0 if runs[0].success_rate >= runs[1].success_rate else 1
 
