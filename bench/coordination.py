@@ -39,9 +39,9 @@ import coredis
 import poise_py as poise
 from bench._timing import best_of
 from poise_py._coordination._lua import PRELUDE, SCRIPTS
-from tests.coordination_support import rewind
-from tests.helpers import FakeClock
-from tests.redis_server import RedisServer
+from tests.support.clocks import FakeClock
+from tests.support.coordination import rewind
+from tests.support.redis_server import RedisServer
 
 HOUR = 3600.0
 CONSTANT = poise.Escalation(base=30.0, maximum=30.0)

@@ -25,12 +25,12 @@ from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
 from ._core._budget import Budget, RetryBudget
 from ._core._circuit import Transition
-from ._core._health import HealthCheck
-from ._core._policies import Policy, PowerOfTwoChoices
-from ._core._policy import CircuitPolicy
+from ._core._circuit_policy import CircuitPolicy
+from ._core._health_schedule import HealthCheck
 from ._core._pool import Pool
+from ._core._record import EndpointState
 from ._core._routing import Panic, Routing
-from ._core._state import EndpointState
+from ._core._selection import Policy, PowerOfTwoChoices
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
 from ._endpoint import AdminStatus, check_duration
 from ._errors import (
@@ -48,7 +48,7 @@ from ._errors import (
 )
 from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected, PanicEnded, PanicStarted
 from ._faults import Classification, Fault
-from ._health import HealthRunner
+from ._health_runner import HealthRunner
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._permit import Permit

@@ -42,7 +42,7 @@ import attrs
 
 from ._core._directory import Changes, Directory
 from ._core._pool import Pool
-from ._core._state import EndpointState, sat_add
+from ._core._record import EndpointState, sat_add
 from ._discovery import Update
 from ._endpoint import Endpoint, check_duration
 from ._errors import EndpointFactoryError, IneligibleReason, ReadinessError

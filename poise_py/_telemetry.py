@@ -33,9 +33,9 @@ from types import MappingProxyType, TracebackType
 import anyio
 
 from ._core._circuit import CircuitState, Transition
-from ._core._health import HealthStatus
+from ._core._health_schedule import HealthStatus
 from ._core._pool import Pool
-from ._core._state import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
+from ._core._record import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
 from ._decision import DecisionMode
 from ._errors import ConfigError, IneligibleReason, NoEligibleEndpoints, SelectionError
 from ._events import (

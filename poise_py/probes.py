@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._core._health import Probe
+from ._core._health_schedule import Probe
 from ._endpoint import Endpoint
 from ._errors import ConfigError, ProbeFailed
 

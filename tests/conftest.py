@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import trio.testing
 
-from tests.helpers import FakeClock
+from tests.support.clocks import FakeClock
 
-pytest_plugins = ["tests.coordination_support"]
+pytest_plugins = ["tests.support.coordination"]
 
 
 @pytest.fixture(

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import attrs
 
+from .._core._circuit_policy import CircuitPolicy
 from .._core._ejection import Escalation
-from .._core._policy import CircuitPolicy
 from .._endpoint import check_duration
 from .._errors import ConfigError
 from ._memory import InMemoryStorage

@@ -54,10 +54,10 @@ import anyio
 import attrs
 
 from .._core._circuit import Cause, CircuitState, Transition
+from .._core._circuit_policy import CircuitPolicy
 from .._core._ejection import Escalation
-from .._core._policy import CircuitPolicy
 from .._core._pool import Pool
-from .._core._state import EndpointState, sat_add
+from .._core._record import EndpointState, sat_add
 from .._errors import CoordinationError
 from ._config import Coordination, CoordinationChange, CoordinationStatistics
 from ._protocol import CHANGES_PROTOCOL_VERSION, Changes, OpenWait, ProbeReport, Reply, SharedState

@@ -53,8 +53,8 @@ import attrs
 
 from .._errors import IneligibleReason
 from .._faults import Fault
+from ._circuit_policy import CircuitPolicy
 from ._ejection import MAX_LEVEL
-from ._policy import CircuitPolicy
 from ._window import FAILED, SLOW, CountWindow, TimeWindow, Window
 
 

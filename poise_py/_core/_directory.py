@@ -14,7 +14,6 @@ from collections.abc import Collection, Mapping
 
 import attrs
 
-from .._discovery import Delta, Snapshot, Update
 from .._endpoint import Endpoint
 from .._errors import (
     DiscoveryError,
@@ -24,6 +23,7 @@ from .._errors import (
     StaleRevision,
     UnknownIdentity,
 )
+from ._updates import Delta, Snapshot, Update
 
 MAX_REVISION = 2**63 - 1
 """The largest revision a directory accepts (a signed 64-bit counter, as in etcd)."""

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from .._errors import ConfigError
 
 if TYPE_CHECKING:
-    from ._state import EndpointState
+    from ._record import EndpointState
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15

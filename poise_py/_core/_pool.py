@@ -26,12 +26,12 @@ from .._endpoint import AdminStatus, Endpoint
 from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, WeightOverflow
 from .._faults import Fault
 from ._circuit import Cause, Circuit, CircuitState, Ticket, Transition
+from ._circuit_policy import CircuitPolicy
 from ._ejection import ejection_allowance
 from ._outlier import success_rate_outliers
-from ._policies import Instant, Loads, PickFn, Policy
-from ._policy import CircuitPolicy
+from ._record import FAULT_INDEX, SATURATED, EndpointState, count_selection, sat_add
 from ._routing import TRAFFIC_UNITS, Panic, PanicHook, PanicTicket, Router, Routing, Scope, decision
-from ._state import FAULT_INDEX, SATURATED, EndpointState, count_selection, sat_add
+from ._selection import Instant, Loads, PickFn, Policy
 
 TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
 Selection: TypeAlias = tuple[EndpointState, Ticket, float, Decision]

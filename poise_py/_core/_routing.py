@@ -53,8 +53,8 @@ from .._decision import Decision, DecisionMode
 from .._endpoint import Endpoint
 from .._errors import ConfigError
 from ._circuit import Ticket
-from ._policies import Instant, Loads, Picker, Policy, TotalingLoads, ratio
-from ._state import EndpointState
+from ._record import EndpointState
+from ._selection import Instant, Loads, Picker, Policy, TotalingLoads, ratio
 
 TRAFFIC_UNITS = 1_000_000
 """Shares are integers in millionths of the traffic."""

@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
-    from ._state import EndpointState
+    from ._record import EndpointState
 
 Entry: TypeAlias = list[Any]
 """A schedule entry: ``[deadline, seq, state, live, stride]`` (a list: compared in C)."""

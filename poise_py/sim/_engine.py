@@ -26,17 +26,17 @@ from .._coordination._config import Coordination
 from .._coordination._memory import InMemoryStorage
 from .._core._budget import RetryBudget
 from .._core._circuit import CircuitState, Transition
-from .._core._policies import Policy
-from .._core._policy import CircuitPolicy
+from .._core._circuit_policy import CircuitPolicy
 from .._core._pool import Pool
+from .._core._record import EndpointState
 from .._core._retry import Next, RetryLoop
-from .._core._state import EndpointState
+from .._core._selection import Policy
 from .._discovery import Delta, Snapshot, StaticDiscovery, Update
+from .._discovery._publisher import DiscoveryPublisher
 from .._endpoint import Endpoint
 from .._errors import ConfigError, NoEligibleEndpoints, SelectionError
 from .._faults import Fault
 from .._permit import Permit
-from .._publisher import DiscoveryPublisher
 from ._models import EndpointModel
 from ._observe import Client, Observation, Observer, Timeout
 from ._virtual_loop import VirtualTimeLoop

@@ -60,7 +60,7 @@ import attrs
 
 import poise_py as poise
 
-from .._core._policies import Policy
+from .._core._selection import Policy
 from .._errors import ConfigError
 from .._faults import Fault
 from ._engine import Configuration, DiscoverySpec, Fleet, Reporting, Traffic

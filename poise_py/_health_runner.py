@@ -1,0 +1,187 @@
+"""The async side of active health checks: runs probes and feeds their verdicts to the pool.
+
+Decide, then do I/O: the pure :class:`~poise_py._core._health_schedule.HealthScheduler` says which
+probes are due and what a result means; :class:`HealthRunner` only starts the probes in
+the balancer's task group, times them out, and hands the results back. Its synchronous
+methods are the glue between the scheduler and the pool: a classification reaches
+eligibility through :meth:`Pool.set_health <poise_py._core._pool.Pool.set_health>`
+(O(1), never per call), and a passing probe may un-eject a passively ejected circuit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+import anyio
+import anyio.abc
+
+from ._core._health_schedule import HealthCheck, HealthScheduler, HealthSnapshot, HealthStatus, ProbeResult, ProbeToken
+from ._core._pool import Pool
+from ._core._record import EndpointState
+from ._endpoint import AdminStatus
+from ._errors import IneligibleReason
+
+logger = logging.getLogger("poise_py")
+
+
+class HealthRunner:
+    """Active health checking for one balancer.
+
+    Args:
+        check: the probe and its knobs.
+        pool: the balancer's pool, whose eligibility the verdicts feed.
+        unit: returns a float uniform in [0, 1), for jitter.
+    """
+
+    def __init__(self, check: HealthCheck, pool: Pool, unit: Callable[[], float]) -> None:
+        self.check = check
+        self.scheduler = HealthScheduler(check, unit)
+        self._pool = pool
+        self._clock: Callable[[], float] = anyio.current_time
+        self._wakeup: anyio.Event | None = None
+        self.unejected = 0
+        """Passively ejected circuits closed by a passing probe."""
+        self.on_change: Callable[[EndpointState, HealthStatus | None, HealthStatus, float], None] | None = None
+        """Called when a probe result changes an endpoint's classification (telemetry)."""
+
+    # -- glue (synchronous; every decision is here) --------------------------------------
+
+    def apply(self, now: float, added: Iterable[str], removed: Iterable[str]) -> None:
+        """Mirror a pool membership change: track the added ids, drop the removed ones."""
+        scheduler = self.scheduler
+        for endpoint_id in removed:
+            if endpoint_id in scheduler:
+                scheduler.remove(endpoint_id)
+        members = self._pool.members
+        for endpoint_id in added:
+            scheduler.add(endpoint_id, now)
+            self._publish(members[endpoint_id], HealthStatus.UNKNOWN)
+        self._wake()
+
+    def set_admin(self, state: EndpointState, status: AdminStatus, now: float) -> None:
+        """Apply an operator status: a change bumps the probe generation (see the scheduler)."""
+        if self.scheduler.set_admin(state.endpoint.id, status, now):
+            self._publish(state, self.scheduler.status(state.endpoint.id))
+            self._wake()
+
+    def settle(
+        self,
+        token: ProbeToken,
+        state: EndpointState,
+        result: ProbeResult,
+        now: float,
+        *,
+        epoch: int,
+        error: BaseException | None = None,
+    ) -> HealthStatus | None:
+        """Record a probe's result; returns the classification, or None if it was stale.
+
+        ``epoch`` is the circuit epoch when the probe started: a passing probe un-ejects
+        the circuit only if it is still in that epoch, so a probe that began before the
+        circuit opened (or before it moved on) cannot close it.
+        """
+        scheduler = self.scheduler
+        endpoint_id = token.endpoint_id
+        before = scheduler.status(endpoint_id) if endpoint_id in scheduler else None
+        status = scheduler.record(token, result, now)
+        self._wake()
+        if status is None:
+            return None
+        if status is not before:
+            self._log_change(endpoint_id, status, result, error)
+            self._publish(state, status)
+            if self.on_change is not None:
+                self.on_change(state, before, status, now)
+        if (
+            result is ProbeResult.PASSED
+            and status is HealthStatus.HEALTHY
+            and self.check.uneject
+            and state.circuit.epoch == epoch
+            and self._pool.uneject(state, now)
+        ):
+            self.unejected += 1
+        return status
+
+    def cancel(self, token: ProbeToken, now: float) -> None:
+        """A probe ended without a result: reschedule it, classify nothing."""
+        if self.scheduler.cancel(token, now):
+            self._wake()
+
+    def snapshot(self, endpoint_id: str) -> HealthSnapshot | None:
+        """The active health view of one endpoint, or None if it is not tracked."""
+        scheduler = self.scheduler
+        return scheduler.snapshot(endpoint_id) if endpoint_id in scheduler else None
+
+    def refusal(self, status: HealthStatus) -> IneligibleReason | None:
+        """What a classification means for eligibility under AUTO."""
+        if status is HealthStatus.UNHEALTHY:
+            return IneligibleReason.UNHEALTHY
+        if status is HealthStatus.UNKNOWN and not self.check.admit_unknown:
+            return IneligibleReason.UNCLASSIFIED
+        return None
+
+    def _publish(self, state: EndpointState, status: HealthStatus) -> None:
+        self._pool.set_health(state, self.refusal(status))
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _log_change(
+        self, endpoint_id: str, status: HealthStatus, result: ProbeResult, error: BaseException | None
+    ) -> None:
+        # One line per classification change: thresholds bound the rate, unlike per-probe logs.
+        if status is HealthStatus.UNHEALTHY:
+            logger.warning(
+                "poise_py: endpoint %r is unhealthy after %d failed probes (last: %s)",
+                endpoint_id,
+                self.check.unhealthy_threshold,
+                repr(error) if error is not None else result.value,
+            )
+        else:
+            logger.info("poise_py: endpoint %r is %s by active checks", endpoint_id, status.value)
+
+    # -- the async loop ----------------------------------------------------------------
+
+    async def run(self, task_group: anyio.abc.TaskGroup, clock: Callable[[], float]) -> None:
+        """Start every due probe in ``task_group``, then sleep until the next one; forever.
+
+        The sleep is in the running backend's time for ``deadline - clock()`` seconds, so
+        an injected clock must advance with it (a clock that only moves when a test says
+        so delays probes until something wakes the runner).
+        """
+        self._clock = clock
+        scheduler = self.scheduler
+        members = self._pool.members
+        try:
+            while True:
+                wakeup = self._wakeup = anyio.Event()
+                for token in scheduler.due(clock()):
+                    state = members.get(token.endpoint_id)
+                    if state is None:  # left the pool without the runner being told
+                        scheduler.remove(token.endpoint_id)
+                        continue
+                    task_group.start_soon(self._probe, token, state, state.circuit.epoch)
+                deadline = scheduler.next_deadline()
+                if deadline is None:
+                    await wakeup.wait()
+                else:
+                    with anyio.move_on_after(deadline - clock()):
+                        await wakeup.wait()
+        finally:
+            self._wakeup = None  # operator calls after the balancer closes wake nothing
+
+    async def _probe(self, token: ProbeToken, state: EndpointState, epoch: int) -> None:
+        error: BaseException | None = None
+        try:
+            with anyio.move_on_after(self.check.timeout) as scope:
+                await self.check.probe(state.endpoint)
+        except Exception as exc:  # noqa: BLE001 - a probe's exception is its verdict
+            result, error = ProbeResult.FAILED, exc
+        except BaseException:  # the balancer is closing (or KeyboardInterrupt): no result
+            self.cancel(token, self._clock())
+            raise
+        else:
+            result = ProbeResult.TIMED_OUT if scope.cancelled_caught else ProbeResult.PASSED
+        self.settle(token, state, result, self._clock(), epoch=epoch, error=error)

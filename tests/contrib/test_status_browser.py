@@ -1,0 +1,125 @@
+"""The status page in a real headless Chromium (Debian's ``chromium``, driven by Playwright).
+
+The page is served by hypercorn on loopback next to a running balancer; the browser loads
+it, finds every endpoint, and sees a circuit open within a few seconds of the failures
+that open it. A screenshot is saved under the test's tmp_path. Never skipped: a missing
+chromium is installed when the test can (root with apt-get), and otherwise the test fails
+with the command that installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.from_thread
+import pytest
+
+import poise_py as poise
+from poise_py.contrib.status import StatusApp, serve
+from tests.support.clocks import FakeClock, static_lb
+
+pytestmark = pytest.mark.anyio
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+OPEN_WITHIN_MS = 5_000
+"""How soon after the failures the page must show the circuit open (it polls every 0.5 s)."""
+
+
+INSTALL_HINT = (
+    "the status page's browser test needs Debian's chromium at /usr/bin/chromium: run "
+    "`sudo apt-get update && sudo apt-get install -y chromium` (.ci/run does)"
+)
+
+
+def _require_browser() -> None:
+    """Chromium and Playwright, installing Debian's chromium first if it is missing and we can."""
+    if not Path(CHROMIUM).exists():
+        apt = shutil.which("apt-get")
+        if apt and hasattr(os, "geteuid") and os.geteuid() == 0:
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            for args in ([apt, "update", "-qq"], [apt, "install", "-y", "-qq", "chromium"]):
+                done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)  # noqa: S603
+                if done.returncode != 0:
+                    pytest.fail(f"{' '.join(args)} failed ({done.stderr.strip()[-500:]}); {INSTALL_HINT}")
+        if not Path(CHROMIUM).exists():
+            pytest.fail(INSTALL_HINT)
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.fail("the playwright package is missing: pip install playwright (the dev extra has it)")
+
+
+def _state_of(endpoint: str) -> str:
+    return f"document.querySelector('tr[data-endpoint=\"{endpoint}\"] td.state').textContent"
+
+
+def _drive(url: str, trip: Callable[[], None], screenshot: Path) -> tuple[list[str], str, str]:
+    """In a worker thread: load the page, check it, trip ``b`` through ``trip``, wait for it to show."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 640})
+            page.goto(url)
+            page.wait_for_function("document.querySelectorAll('tr[data-endpoint]').length === 3")
+            listed = page.locator("tr[data-endpoint] td.id").all_text_contents()
+            before = page.evaluate(_state_of("b"))
+            trip()
+            page.wait_for_function(f"{_state_of('b')} === 'open'", timeout=OPEN_WITHIN_MS)
+            page.wait_for_function(
+                "[...document.querySelectorAll('ul.events li')].some(li => li.textContent.includes('CircuitOpened'))",
+                timeout=OPEN_WITHIN_MS,
+            )
+            page.screenshot(path=screenshot, full_page=True)
+            events = page.locator("section[data-balancer='checkout'] ul.events").inner_text()
+        finally:
+            browser.close()
+    return listed, before, events
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio", "asyncio"])  # real clocks: a real browser polls
+async def test_chromium_lists_every_endpoint_and_shows_a_circuit_open_soon_after_its_failures(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    _require_browser()
+    policy = poise.CircuitPolicy(consecutive_failures=3, minimum_volume=3)
+    # The balancer's clock stands still, so the circuit stays open however long the browser takes.
+    # "<i>c</i>" is an id, not markup: the page must show it as text.
+    lb = static_lb("a", "b", "<i>c</i>", circuit=policy, clock=clock)
+    app = StatusApp({"checkout": lb}, poll_interval=0.5)
+    screenshot = tmp_path / "status.png"
+
+    async def fail_b_three_times() -> None:
+        for _ in range(3):
+            permit = lb.acquire(exclude=["a", "<i>c</i>"])
+            async with permit:
+                permit.fail(poise.Fault.SUSPECT)
+
+    def trip() -> None:
+        anyio.from_thread.run(fail_b_three_times)
+
+    async with lb, anyio.create_task_group() as tg:
+        port = await tg.start(serve, app)
+        listed, before, events = await anyio.to_thread.run_sync(_drive, f"http://127.0.0.1:{port}/", trip, screenshot)
+        tg.cancel_scope.cancel()
+    assert listed == ["a", "b", "<i>c</i>"]
+    assert before == "closed"
+    assert lb.snapshot()["b"].state is poise.CircuitState.OPEN
+    assert "CircuitOpened b" in events
+    assert screenshot.stat().st_size > 10_000
+    print(f"screenshot: {screenshot}")
