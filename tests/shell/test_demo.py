@@ -41,6 +41,7 @@ def test_ctrl_c_ends_the_demo_cleanly() -> None:
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        proc.wait()  # reaped here, whatever happened: no ResourceWarning in a later test
     assert proc.returncode == 130
     assert "Traceback" not in err
     assert "interrupted" in err
@@ -226,6 +227,7 @@ def test_demo_web_serves_the_status_page_of_both_balancers_while_it_runs() -> No
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        proc.wait()  # reaped here, whatever happened: no ResourceWarning in a later test
     assert page.status_code == 200
     assert [b["name"] for b in data["balancers"]] == ["poise_py", "naive round-robin"]
     assert len(data["balancers"][0]["endpoints"]) == 6
