@@ -47,8 +47,9 @@ from ._errors import (
     WrongThread,
 )
 from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected, PanicEnded, PanicStarted
-from ._faults import Classification, Fault
+from ._faults import Fault
 from ._health_runner import HealthRunner
+from ._internal import BalancerInternals
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._permit import Permit
@@ -182,7 +183,6 @@ class LoadBalancer:
         if panic is not None and not isinstance(panic, Panic):
             raise ConfigError("panic", f"must be a Panic or None, got {panic!r}")
         self._discovery = discovery
-        self._classifier = classifier
         self._on_end = on_discovery_end
         self._clock_arg = clock
         self._clock: Callable[[], float] = clock or anyio.current_time
@@ -223,8 +223,15 @@ class LoadBalancer:
         self._timer_wakeup: anyio.Event | None = None
         self._budget = Budget(retry_budget)
         self._call_observers: tuple[CallObserver, ...] = ()
-        self._retries_denied = 0
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
+        self._internals = BalancerInternals(
+            clock=lambda: self._clock(),  # noqa: PLW0108 - __aenter__ rebinds self._clock
+            budget=self._budget,
+            classifier=classifier,
+            log=self._telemetry.log,
+            pool=self._pool,
+        )
+        """The one internal interface contrib and the simulator use (see ``_internal.py``)."""
         if self._health is not None:
             self._health.on_change = self._telemetry.health_changed
         self._coordinator: Coordinator | None = None
@@ -388,7 +395,7 @@ class LoadBalancer:
     @property
     def retries_denied(self) -> int:
         """Retries :meth:`call` skipped because the retry budget was spent."""
-        return self._retries_denied
+        return self._budget.denied
 
     def _finish(self, permit: Permit, fault: Fault | None, retry_after: float | None) -> None:
         now = self._clock()
@@ -408,23 +415,6 @@ class LoadBalancer:
             return
         self._finish(permit, verdict[0], verdict[1])
 
-    def _retry_deposit(self) -> None:
-        """A logical request of a contrib transport begins: its first attempt is a budget deposit."""
-        self._budget.deposit(self._clock())
-
-    def _retry_withdraw(self, tried: Collection[str]) -> bool:
-        """Whether a contrib transport may try another endpoint after ``tried``.
-
-        No when every member was tried; otherwise the retry budget decides, and a denial
-        is counted in :meth:`statistics`.
-        """
-        if len(tried) >= len(self._pool.members):
-            return False
-        if not self._budget.try_withdraw(self._clock()):
-            self._retries_denied += 1
-            return False
-        return True
-
     def _exit_verdict(self, exc: BaseException, endpoint_id: str) -> tuple[Fault, float | None] | None:
         """How a permit block left by ``exc`` is recorded: (fault, retry_after), or None to cancel."""
         if isinstance(exc, BaseExceptionGroup):
@@ -434,34 +424,7 @@ class LoadBalancer:
             leaf = exc if isinstance(exc, Exception) and not isinstance(exc, self._cancelled) else None
         if leaf is None:  # cancellation, KeyboardInterrupt, SystemExit, GeneratorExit
             return None
-        return self._classify(leaf, endpoint_id)
-
-    def _classify(self, exc: Exception, endpoint_id: str | None = None) -> tuple[Fault, float | None]:
-        try:
-            verdict: object = self._classifier(exc)
-        except Exception as error:
-            self._telemetry.log.log(
-                logging.ERROR,
-                (endpoint_id, "classifier"),
-                self._clock(),
-                "poise_py: the classifier raised on a result of endpoint %r; recording SUSPECT",
-                endpoint_id,
-                exc_info=error,
-            )
-            return Fault.SUSPECT, None
-        if isinstance(verdict, Fault):
-            return verdict, None
-        if isinstance(verdict, Classification):
-            return verdict.fault, verdict.retry_after
-        self._telemetry.log.log(
-            logging.ERROR,
-            (endpoint_id, "classifier"),
-            self._clock(),
-            "poise_py: the classifier returned %r for endpoint %r, not a Fault; recording SUSPECT",
-            verdict,
-            endpoint_id,
-        )
-        return Fault.SUSPECT, None
+        return self._internals.classify(leaf, endpoint_id)
 
     # -- operators and views -----------------------------------------------------------
 
@@ -533,7 +496,7 @@ class LoadBalancer:
             pool.release_orphans()
         pool.handle_timer(now)
         return self._telemetry.statistics(
-            now, retries_denied=self._retries_denied, readiness_failures=self._membership.readiness_failures
+            now, retries_denied=self._budget.denied, readiness_failures=self._membership.readiness_failures
         )
 
     def events(self, *, buffer: int = DEFAULT_EVENT_BUFFER) -> EventStream:
@@ -615,7 +578,7 @@ class LoadBalancer:
             try:
                 return self._telemetry.statistics(
                     now,
-                    retries_denied=self._retries_denied,
+                    retries_denied=self._budget.denied,
                     readiness_failures=self._membership.readiness_failures,
                     settle=False,
                 )
@@ -623,7 +586,7 @@ class LoadBalancer:
                 continue
         return self._telemetry.statistics(
             now,
-            retries_denied=self._retries_denied,
+            retries_denied=self._budget.denied,
             readiness_failures=self._membership.readiness_failures,
             settle=False,
         )

@@ -1,4 +1,10 @@
-"""``LoadBalancer.call``: one logical request, retried on other endpoints within a budget."""
+"""``LoadBalancer.call``: one logical request, retried on other endpoints within a budget.
+
+The decisions are the pure :class:`~poise_py._core._retry.RetryLoop`'s (the one the httpx
+transport, the gRPC channel and the simulator use); this module only performs them: it
+takes permits, awaits the caller's function, and records the attempts on the error it
+raises. It reaches the balancer through its public API and ``lb._internals``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from ._core._retry import RETRYABLE, Next, RetryLoop
+from ._core._retry import RETRYABLE, Next
 from ._errors import SelectionError
 from ._faults import Fault
 
@@ -46,9 +52,10 @@ async def call_with_retries(
     key: Hashable | None,
 ) -> T:
     """The body of ``LoadBalancer.call``; see there."""
-    loop = RetryLoop(lb._budget, attempts)
+    internals = lb._internals
+    loop = internals.retry_loop(attempts)
     history: list[Attempt] = []
-    loop.start(lb._clock())
+    loop.start(internals.now())
     while True:
         try:
             permit = lb.acquire(key=key, exclude=loop.exclude)
@@ -62,15 +69,13 @@ async def call_with_retries(
             try:
                 return await fn(endpoint, *args, **kwargs)
             except Exception as exc:
-                fault, retry_after = lb._classify(exc, endpoint.id)
+                fault, retry_after = internals.classify(exc, endpoint.id)
                 permit.fail(fault, retry_after=retry_after)
                 history.append(Attempt(endpoint_id=endpoint.id, fault=fault, error=exc))
-                verdict = loop.after_fault(fault, lb._clock())
+                verdict = loop.after_fault(fault, internals.now())
                 if verdict is Next.NOT_RETRYABLE:
                     _annotate(exc, history)
                     raise
-        if verdict is Next.BUDGET_SPENT:
-            lb._retries_denied += 1
         if verdict is not Next.RETRY:
             break
     last = history[-1].error

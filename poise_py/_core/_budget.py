@@ -43,7 +43,7 @@ class RetryBudget:
 class Budget:
     """The running state of a :class:`RetryBudget`. Pure: every method takes ``now``."""
 
-    __slots__ = ("_config", "_deposits", "_floor", "_n", "_ticks", "_width", "_withdrawals")
+    __slots__ = ("_config", "_deposits", "_floor", "_n", "_ticks", "_width", "_withdrawals", "denied")
 
     def __init__(self, config: RetryBudget, buckets: int = 10) -> None:
         self._config = config
@@ -53,6 +53,8 @@ class Budget:
         self._deposits = [0] * buckets
         self._withdrawals = [0] * buckets
         self._floor = config.min_per_second * config.ttl
+        self.denied = 0
+        """Withdrawals refused so far: the retries the budget skipped (``lb.retries_denied``)."""
 
     def _slot(self, now: float) -> int:
         tick = int(now // self._width)
@@ -76,9 +78,10 @@ class Budget:
         self._deposits[self._slot(now)] += 1
 
     def try_withdraw(self, now: float) -> bool:
-        """Take one retry from the budget if it allows one; False if it is spent."""
+        """Take one retry from the budget if it allows one; False (counted in ``denied``) if it is spent."""
         deposits, withdrawals = self._totals(now)
         if withdrawals >= self._config.percent * deposits + self._floor:
+            self.denied += 1
             return False
         self._withdrawals[self._slot(now)] += 1
         return True

@@ -1,12 +1,26 @@
-"""The retry decision of one logical request, pure: ``LoadBalancer.call`` and the simulator share it.
+"""The retry decision of one logical request, pure: every retrying caller in poise_py shares it.
+
+``LoadBalancer.call``, the httpx transport, the gRPC channel and the simulator each run
+one :class:`RetryLoop` per logical request; what differs between them is only what they
+pass in (the pool's size, the time left before a deadline), never the order of the checks.
 
 Theory of operation: a request starts with :meth:`RetryLoop.start` (its first attempt is
 a deposit in the retry budget). Each attempt goes to an endpoint not yet tried
 (:attr:`RetryLoop.exclude`). After a failed attempt, :meth:`RetryLoop.after_fault` says
-what happens next: another attempt (the fault is retryable, attempts remain, and the budget
-grants a withdrawal), or an end with the reason. The order of the checks is the contract: a
-CALLER fault ends the request before the budget is asked, and running out of attempts never
-spends budget. No clock reads: time comes in as ``now``.
+what happens next: another attempt, or an end with the reason. The order of the checks
+is the contract, cheapest verdicts first and the budget last, because asking the budget
+spends it:
+
+1. a CALLER fault ends the request (the request is bad, not the endpoint);
+2. running out of attempts ends it;
+3. a deadline that has passed (``time_left <= 0``, when the caller has one) ends it;
+4. a pool whose every endpoint was tried (``pool_size``, when the caller passes it) ends it;
+5. the budget decides: a withdrawal means RETRY, a refusal is counted in
+   :attr:`Budget.denied` and ends it.
+
+There is no back-off between attempts: the next one goes to another endpoint at once (a
+deadline, if any, is the caller's: it hands each attempt what is left). No clock reads:
+time comes in as ``now``.
 """
 
 from __future__ import annotations
@@ -30,14 +44,18 @@ class Next(enum.Enum):
     """The fault says the request is bad: end with this error."""
     ATTEMPTS_SPENT = "attempts_spent"
     """Every allowed attempt was made."""
+    DEADLINE_PASSED = "deadline_passed"
+    """The caller's deadline has passed: no attempt would have any time."""
+    POOL_SPENT = "pool_spent"
+    """Every endpoint of the pool was tried (the budget was not asked)."""
     BUDGET_SPENT = "budget_spent"
     """The retry budget denied the retry (a dead pool does not multiply its load)."""
 
 
-def check_attempts(attempts: object) -> int:
-    """``attempts`` as a validated int >= 1, or ConfigError."""
+def check_attempts(attempts: object, field: str = "attempts") -> int:
+    """``attempts`` as a validated int >= 1, or ConfigError naming ``field``."""
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise ConfigError("attempts", f"must be an int >= 1, got {attempts!r}")
+        raise ConfigError(field, f"must be an int >= 1, got {attempts!r}")
     return attempts
 
 
@@ -71,12 +89,26 @@ class RetryLoop:
         self._made += 1
         self._tried.append(endpoint_id)
 
-    def after_fault(self, fault: Fault, now: float) -> Next:
-        """The last attempt failed with ``fault``: what next (a RETRY has withdrawn from the budget)."""
+    def after_fault(
+        self, fault: Fault, now: float, *, pool_size: int | None = None, time_left: float | None = None
+    ) -> Next:
+        """The last attempt failed with ``fault``: what next (a RETRY has withdrawn from the budget).
+
+        Args:
+            fault: how the attempt's failure was classified.
+            now: the budget's clock reading.
+            pool_size: the pool's size, to stop without spending budget once every
+                endpoint was tried; None when a failed selection ends the request instead.
+            time_left: seconds before the caller's deadline; None without a deadline.
+        """
         if fault not in RETRYABLE:
             return Next.NOT_RETRYABLE
         if self._made >= self._attempts:
             return Next.ATTEMPTS_SPENT
+        if time_left is not None and time_left <= 0:
+            return Next.DEADLINE_PASSED
+        if pool_size is not None and len(self._tried) >= pool_size:
+            return Next.POOL_SPENT
         if not self._budget.try_withdraw(now):
             return Next.BUDGET_SPENT
         return Next.RETRY

@@ -24,9 +24,11 @@ goes to that endpoint's channel and reports its outcome through the classifier (
 :func:`poise_py.classify.grpc`); ``timeout=`` bounds the whole call, retries included. A
 unary-unary method named in ``idempotent`` is retried on an endpoint not yet tried after
 a TRANSIENT, SUSPECT, FATAL or PERMANENT outcome, within ``attempts``, the deadline and
-the balancer's retry budget. A streaming call holds its permit until its response
-stream ends. grpc.aio runs on asyncio only: on Trio every call raises
-:class:`AsyncioOnlyError`.
+the balancer's retry budget (the retry decision ``lb.call`` uses,
+:class:`~poise_py._core._retry.RetryLoop` from ``lb._internals``, told the time left and
+the pool's size). A streaming call holds its permit until its response stream ends.
+grpc.aio runs on asyncio only: on Trio every call raises :class:`AsyncioOnlyError`. The
+channel uses the balancer's public API plus that one internal interface.
 """
 
 from __future__ import annotations
@@ -47,11 +49,11 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a sub
 from .. import classify as _classify
 from .._balancer import LoadBalancer
 from .._classify import Classifier
+from .._core._retry import Next, check_attempts
 from .._endpoint import Endpoint
 from .._errors import ConfigError, SelectionError
 from .._faults import Classification, Fault
 from .._permit import Permit
-from .._retry import RETRYABLE
 
 __all__ = ["AsyncioOnlyError", "BalancedChannel", "ChannelFactory", "GrpcEndpoint", "endpoint_target"]
 
@@ -233,8 +235,7 @@ class BalancedChannel:
             raise ConfigError(
                 "idempotent", f"must be a collection of '/package.Service/Method' names, got {idempotent!r}"
             )
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ConfigError("attempts", f"must be an int >= 1, got {attempts!r}")
+        check_attempts(attempts)
         if key is not None and not callable(key):
             raise ConfigError("key", f"must be a callable (method, request) -> key, got {key!r}")
         self._lb = lb
@@ -389,32 +390,28 @@ class UnaryUnary(_BalancedCallable):
         ``compression``) go to each attempt unchanged.
         """
         channel = self._channel
-        lb = channel._lb
-        attempts = channel._attempts if self._retry else 1
+        internals = channel._lb._internals
+        loop = internals.retry_loop(channel._attempts if self._retry else 1)
         deadline = None if timeout is None else time.monotonic() + timeout
-        tried: list[str] = []
         last: Exception | None = None
-        lb._retry_deposit()
-        for n in range(attempts):
+        loop.start(internals.now())
+        while True:
             try:
-                permit = channel._acquire(self._method, request, tried)
+                permit = channel._acquire(self._method, request, loop.exclude)
             except SelectionError:
                 if last is None:
                     raise
                 raise last from None  # nowhere else to go: the last real error is the answer
-            tried.append(permit.endpoint.id)
+            loop.attempt(permit.endpoint.id)
             stub = self._stub(permit)
             try:
                 response = await stub(request, timeout=_remaining(deadline), **kwargs)
             except Exception as exc:
                 fault = channel._fail(permit, exc)
-                left = _remaining(deadline)
-                if (
-                    n == attempts - 1
-                    or fault not in RETRYABLE
-                    or (left is not None and left <= 0)
-                    or not channel._lb._retry_withdraw(tried)
-                ):
+                verdict = loop.after_fault(
+                    fault, internals.now(), pool_size=internals.pool_size, time_left=_remaining(deadline)
+                )
+                if verdict is not Next.RETRY:
                     raise
                 last = exc
                 continue
@@ -423,7 +420,6 @@ class UnaryUnary(_BalancedCallable):
                 raise
             permit.succeed()
             return response
-        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
 
 class StreamUnary(_BalancedCallable):

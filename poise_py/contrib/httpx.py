@@ -28,6 +28,11 @@ to the pool (mount one transport per host with ``httpx.AsyncClient(mounts=...)``
 says ``{"allow_http_downgrade": True}``. An endpoint whose address the transport cannot
 use (or that would downgrade) is the endpoint's FATAL fault: it is ejected, not called
 again and again.
+
+Retries (``attempts > 1``, idempotent methods with a replayable body) follow the retry
+decision ``lb.call`` uses (:class:`~poise_py._core._retry.RetryLoop`, from
+``lb._internals``), with the pool's size: no retry once every endpoint was tried. The
+transport uses the balancer's public API plus that one internal interface.
 """
 
 from __future__ import annotations
@@ -47,11 +52,11 @@ except ImportError:
 from .. import classify as _classify
 from .._balancer import LoadBalancer
 from .._classify import Classifier
+from .._core._retry import Next, check_attempts
 from .._endpoint import Endpoint
 from .._errors import ConfigError
 from .._faults import Classification, Fault
 from .._permit import Permit
-from .._retry import RETRYABLE
 
 __all__ = ["ALLOW_HTTP_DOWNGRADE", "IDEMPOTENT_METHODS", "PoiseTransport", "endpoint_url"]
 
@@ -159,8 +164,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             raise ConfigError("lb", f"must be a LoadBalancer, got {lb!r}")
         if not isinstance(gateway, Fault):
             raise ConfigError("gateway", f"must be a Fault, got {gateway!r}")
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ConfigError("attempts", f"must be an int >= 1, got {attempts!r}")
+        check_attempts(attempts)
         if key is not None and not callable(key):
             raise ConfigError("key", f"must be a callable request -> key, got {key!r}")
         if host is not None and (not isinstance(host, str) or not host):
@@ -192,18 +196,18 @@ class PoiseTransport(httpx.AsyncBaseTransport):
         if attempts > 1 and not (request.method in IDEMPOTENT_METHODS and isinstance(request.stream, httpx.ByteStream)):
             attempts = 1
         lb = self._lb
+        internals = lb._internals
         key = self._key(request) if self._key is not None else None
-        tried: list[str] = []
-        lb._retry_deposit()
-        for n in range(attempts):
-            last = n == attempts - 1
-            permit = lb.acquire(key=key, exclude=tried) if tried else lb.acquire(key=key)
-            tried.append(permit.endpoint.id)
+        loop = internals.retry_loop(attempts)
+        loop.start(internals.now())
+        while True:
+            permit = lb.acquire(key=key, exclude=loop.exclude) if loop.attempts_made else lb.acquire(key=key)
+            loop.attempt(permit.endpoint.id)
             try:
                 response = await self._send(permit, request)
             except Exception as exc:
                 fault = self._fail(permit, exc)
-                if last or fault not in RETRYABLE or not self._lb._retry_withdraw(tried):
+                if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not Next.RETRY:
                     if isinstance(exc, _Unusable):
                         raise exc.error from None
                     raise
@@ -221,10 +225,9 @@ class PoiseTransport(httpx.AsyncBaseTransport):
                 )
             fault, retry_after = _split(verdict)
             permit.fail(fault, retry_after=retry_after)
-            if last or fault not in RETRYABLE or not self._lb._retry_withdraw(tried):
+            if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not Next.RETRY:
                 return response
             await response.aclose()
-        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
     async def _send(self, permit: Permit, request: httpx.Request) -> httpx.Response:
         original = request.url

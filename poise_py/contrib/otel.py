@@ -15,9 +15,11 @@ tier, or ``cancelled``) and its endpoint (``poise.endpoint.id``, ``server.addres
 (``lb.add_call_observer``). In-flight calls and pool sizes are observable
 UpDownCounters, each endpoint's circuit state an observable gauge (1 for the state it is
 in, 0 for the others); the remaining counters are observable sums read from the
-balancer's saturating counters. Callbacks read without side effects, so a reader thread
-(the Prometheus exporter's) may collect while the event loop runs. Attributes stay
-bounded: one ``poise.endpoint.id`` per live endpoint, enum values elsewhere.
+balancer's saturating counters. Callbacks read through the public ``lb.statistics()``
+and ``lb.snapshot()``, which are pure reads, so a reader thread (the Prometheus
+exporter's) may collect while the event loop runs. Attributes stay bounded: one
+``poise.endpoint.id`` per live endpoint, enum values elsewhere. Nothing here touches the
+balancer's private state.
 """
 
 from __future__ import annotations
@@ -311,7 +313,7 @@ class Instrumentation:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             if self._closed:
                 return []
-            return list(reader(self.lb._read_statistics()))
+            return list(reader(self.lb.statistics()))
 
         return observe
 
@@ -319,7 +321,7 @@ class Instrumentation:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             if self._closed:
                 return []
-            return list(reader(self.lb._read_snapshot()))
+            return list(reader(self.lb.snapshot()))
 
         return observe
 

@@ -5,12 +5,20 @@ timers follow virtual time) from a synchronous event loop: ``acquire`` and the p
 reports are synchronous, so a simulated hour takes seconds. Arrivals and every random
 draw of a request come from one stream seeded per scenario, consumed the same way
 whatever the configuration does, so configurations are compared on identical traffic.
+
+The engine is a user of the balancer like any other: it takes permits and reports
+outcomes, retries through the decision ``lb.call`` uses (a :class:`RetryLoop` from
+``lb._internals``, the one internal interface), sees circuit moves as the public typed
+events of ``lb.add_observer``, and reads endpoint states from ``lb.snapshot()``. Beyond
+the public API it uses ``lb._internals`` for the retry loop, the balancer's classifier,
+and to fire due timers at the instants it samples (nothing else moves virtual time).
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import heapq
 import logging
 import math
@@ -25,23 +33,24 @@ from .._classify import Classifier
 from .._coordination._config import Coordination
 from .._coordination._memory import InMemoryStorage
 from .._core._budget import RetryBudget
-from .._core._circuit import CircuitState, Transition
+from .._core._circuit import CircuitState
 from .._core._circuit_policy import CircuitPolicy
-from .._core._pool import Pool
-from .._core._record import EndpointState
 from .._core._retry import Next, RetryLoop
 from .._core._selection import Policy
 from .._discovery import Delta, Snapshot, StaticDiscovery, Update
 from .._discovery._publisher import DiscoveryPublisher
 from .._endpoint import Endpoint
 from .._errors import ConfigError, NoEligibleEndpoints, SelectionError
+from .._events import BalancerEvent, CircuitClosed, CircuitOpened, EndpointEjected
 from .._faults import Fault
 from .._permit import Permit
+from .._snapshot import EndpointSnapshot
 from ._models import EndpointModel
 from ._observe import Client, Observation, Observer, Timeout
 from ._virtual_loop import VirtualTimeLoop
 
 _EJECTED = frozenset({CircuitState.OPEN, CircuitState.BLOCKED, CircuitState.RETIRED})
+_PARKED = frozenset({CircuitState.BLOCKED, CircuitState.RETIRED})
 
 
 class Reporting(enum.Enum):
@@ -234,7 +243,6 @@ class Engine:
         virtual time; everything else is a synchronous loop with an injected clock (timers are
         evaluated lazily, so nothing needs to run between events)."""
         self._lbs: list[LoadBalancer] = []
-        self._pools: list[Pool] = []
         self.discovery = discovery
         self._publisher: DiscoveryPublisher | None = None
         self._revision = 1
@@ -311,21 +319,8 @@ class Engine:
         async with contextlib.AsyncExitStack() as stack:
             for index in range(self.fleet.instances):
                 lb = await stack.enter_async_context(self._balancer(index, storage))
-                pool = lb._pool
-                chained = pool.on_transition
-
-                def on_transition(
-                    state: EndpointState,
-                    transition: Transition,
-                    index: int = index,
-                    chained: Callable[[EndpointState, Transition], None] = chained,
-                ) -> None:
-                    self._observe(index, state, transition)
-                    chained(state, transition)
-
-                pool.on_transition = on_transition
+                lb.add_observer(functools.partial(self._observe, index))
                 self._lbs.append(lb)
-                self._pools.append(pool)
             if self._publisher is not None:
                 initial = [self._endpoint(m) for m in self.models.values() if m.exists_at(0.0)]
                 self._publisher.publish(Snapshot(self._revision, initial))
@@ -409,7 +404,7 @@ class Engine:
         draws = [rnd() for _ in range(2 * self.traffic.attempts)]
         instance = int(rnd() * self.fleet.instances) if self.fleet.instances > 1 else 0
         # The library's own retry decision (LoadBalancer.call's), on this instance's budget.
-        retries = RetryLoop(self._lbs[instance]._budget, self.traffic.attempts)
+        retries = self._lbs[instance]._internals.retry_loop(self.traffic.attempts)
         return _Request(arrival=at, draws=draws, retries=retries, instance=instance)
 
     def _start(self, request: _Request) -> None:
@@ -448,19 +443,16 @@ class Engine:
             self._finish(request, ok=True)
             return
         # What the client's library raises, judged by the configuration's classifier.
-        fault, retry_after = lb._classify(self._observer.exception(error), permit.endpoint.id)
+        fault, retry_after = lb._internals.classify(self._observer.exception(error), permit.endpoint.id)
         if reporting is Reporting.NONE:
             permit.cancel()
         elif reporting is Reporting.EVICT and fault not in (Fault.TRANSIENT, Fault.CALLER):
             permit.fail(Fault.PERMANENT)
         else:
             permit.fail(fault, retry_after=retry_after)
-        verdict = request.retries.after_fault(fault, self.now)
-        if verdict is Next.RETRY:
+        if request.retries.after_fault(fault, self.now) is Next.RETRY:  # a denial counts in lb.retries_denied
             self._start(request)
             return
-        if verdict is Next.BUDGET_SPENT:
-            lb._retries_denied += 1
         self._finish(request, ok=False)
 
     def _finish(self, request: _Request, *, ok: bool) -> None:
@@ -470,28 +462,41 @@ class Engine:
             self._window_ok += 1
             self._latencies.append(self.now - request.arrival)
 
-    def _observe(self, index: int, state: EndpointState, transition: Transition) -> None:
-        model = self.models[state.endpoint.id]
-        if transition.target in _EJECTED:
+    def _observe(self, index: int, event: BalancerEvent) -> None:
+        """Instance ``index``'s balancer emitted ``event``: count ejections and readmissions.
+
+        A CLOSED circuit leaving rotation is an :class:`EndpointEjected` with its new
+        state (active health's carry none); any move to OPEN a :class:`CircuitOpened`;
+        a close a :class:`CircuitClosed`, whose ``previous`` also shows a block or a
+        retirement that no event announced (from HALF_OPEN).
+        """
+        if isinstance(event, EndpointEjected):
+            if event.state not in _EJECTED:
+                return
+            model = self.models[event.endpoint_id]
             self._ejected.add(model.id)
-        if transition.target in _EJECTED and transition.source is CircuitState.CLOSED:
             if model.healthy_at(self.now):
                 self._spurious += 1
             else:
                 self._deserved += 1
-        if transition.target is CircuitState.CLOSED:
-            self._readmitted(index, model.id)
+        elif isinstance(event, CircuitOpened):
+            self._ejected.add(event.endpoint_id)
+        elif isinstance(event, CircuitClosed):
+            if event.previous in _PARKED:
+                self._ejected.add(event.endpoint_id)
+            self._readmitted(index, event.endpoint_id)
 
-    def _in_rotation(self, pool: Pool, endpoint_id: str) -> bool:
-        state = pool.members.get(endpoint_id)
-        return state is not None and pool.refusal(state) is None and state.circuit.state is CircuitState.CLOSED
+    def _view(self, lb: LoadBalancer) -> dict[str, EndpointSnapshot]:
+        """One instance's endpoints by id (its timers due now already fired)."""
+        return {e.id: e for e in lb.snapshot().endpoints}
 
     def _health_changed(self, endpoint_id: str) -> None:
         model = self.models[endpoint_id]
         if model.healthy_at(self.now) and not model.healthy_at(self.now - 1e-9):
-            for index, pool in enumerate(self._pools):
-                pool.handle_timer(self.now)
-                if self._in_rotation(pool, endpoint_id):
+            for index, lb in enumerate(self._lbs):
+                lb._internals.run_timers(self.now)
+                e = self._view(lb).get(endpoint_id)
+                if e is not None and e.eligible_reason is None and e.state is CircuitState.CLOSED:
                     self._readmits.append(0.0)  # never left rotation
                 else:
                     self._recovered_at[index, endpoint_id] = self.now
@@ -505,25 +510,31 @@ class Engine:
         alive = 0
         in_rotation = 0.0
         states: list[str] = []
-        pools = self._pools
-        for pool in pools:
-            pool.handle_timer(self.now)
+        lbs = self._lbs
+        for lb in lbs:
+            lb._internals.run_timers(self.now)
+        # A snapshot per instance costs; the fleet's are read only once an endpoint is alive.
+        views: list[dict[str, EndpointSnapshot] | None] = [None] * len(lbs)
+        views[0] = reported = self._view(lbs[0])
         for endpoint_id, model in self.models.items():
-            first = pools[0].members.get(endpoint_id)
+            first = reported.get(endpoint_id)
             if first is None:
                 states.append("absent")
-            elif first.circuit.degraded and first.circuit.state is CircuitState.CLOSED:
+            elif first.degraded and first.state is CircuitState.CLOSED:
                 states.append("degraded")  # the ejection guard kept it, as reserve capacity
             else:
-                states.append(first.circuit.state.value)
+                states.append(first.state.value)
             if not model.healthy_at(self.now):
                 continue
             alive += 1
-            for index, pool in enumerate(pools):
-                state = pool.members.get(endpoint_id)
-                if state is not None and pool.refusal(state) is None:
-                    in_rotation += 1 / len(pools)
-                    if state.circuit.state is CircuitState.CLOSED and (index, endpoint_id) in self._recovered_at:
+            for index, lb in enumerate(lbs):
+                view = views[index]
+                if view is None:
+                    view = views[index] = self._view(lb)
+                e = view.get(endpoint_id)
+                if e is not None and e.eligible_reason is None:
+                    in_rotation += 1 / len(lbs)
+                    if e.state is CircuitState.CLOSED and (index, endpoint_id) in self._recovered_at:
                         self._readmitted(index, endpoint_id)
         capacity = in_rotation / alive if alive else None
         if capacity is not None:

@@ -199,6 +199,19 @@ async def test_idempotent_requests_are_retried_on_another_endpoint() -> None:
             assert counters(lb, "b").faults[Fault.SUSPECT] == b
 
 
+async def test_retries_stop_once_every_endpoint_was_tried_without_asking_the_budget() -> None:
+    async with fault_servers("a", "b") as servers:
+        servers[0].fault = "503"
+        servers[1].fault = "503"
+        lb = balancer(servers, retry_budget=poise.RetryBudget(percent=0.0, min_per_second=1.0))
+        transport = PoiseTransport(lb, attempts=5)
+        async with lb, httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            response = await client.get("/")
+            assert response.status_code == 503
+            assert [s.hits for s in servers] == [1, 1]  # both tried once, then nowhere else to go
+            assert lb.retries_denied == 0  # the third attempt never asked the budget
+
+
 async def test_a_post_is_sent_once_even_with_attempts() -> None:
     async with fault_servers("a", "b") as servers:
         servers[0].fault = "503"

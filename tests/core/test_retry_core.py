@@ -1,4 +1,4 @@
-"""The pure retry decision shared by ``LoadBalancer.call`` and the simulator."""
+"""The pure retry decision shared by ``LoadBalancer.call``, the httpx and gRPC transports and the simulator."""
 
 from __future__ import annotations
 
@@ -47,3 +47,56 @@ def test_attempts_below_one_are_a_config_error() -> None:
         RetryLoop(budget(), 0)
     with pytest.raises(poise.ConfigError, match="attempts"):
         RetryLoop(budget(), True)
+
+
+def test_a_refused_retry_is_counted_by_the_budget_and_a_granted_one_is_not() -> None:
+    shared = budget(min_per_second=0.1)  # one retry in 10 s
+    first = RetryLoop(shared, 3)
+    first.start(0.0)
+    first.attempt("a")
+    assert first.after_fault(poise.Fault.SUSPECT, 0.0) is Next.RETRY
+    assert shared.denied == 0
+    second = RetryLoop(shared, 3)
+    second.start(0.0)
+    second.attempt("a")
+    assert second.after_fault(poise.Fault.SUSPECT, 0.0) is Next.BUDGET_SPENT
+    assert shared.denied == 1
+
+
+def test_a_passed_deadline_ends_the_request_without_asking_the_budget() -> None:
+    shared = budget(min_per_second=1.0)
+    loop = RetryLoop(shared, 3)
+    loop.start(0.0)
+    loop.attempt("a")
+    before = shared.balance(0.0)
+    assert loop.after_fault(poise.Fault.TRANSIENT, 0.0, time_left=0.0) is Next.DEADLINE_PASSED
+    assert shared.balance(0.0) == before
+    assert loop.after_fault(poise.Fault.TRANSIENT, 0.0, time_left=0.5) is Next.RETRY
+    assert shared.balance(0.0) == before - 1
+
+
+def test_a_pool_whose_every_endpoint_was_tried_ends_the_request_without_asking_the_budget() -> None:
+    shared = budget()  # spent: a denial would be counted
+    loop = RetryLoop(shared, 3)
+    loop.start(0.0)
+    loop.attempt("a")
+    loop.attempt("b")
+    assert loop.after_fault(poise.Fault.SUSPECT, 0.0, pool_size=2) is Next.POOL_SPENT
+    assert shared.denied == 0
+    assert loop.after_fault(poise.Fault.SUSPECT, 0.0, pool_size=3) is Next.BUDGET_SPENT
+    assert shared.denied == 1
+
+
+def test_the_checks_come_in_the_documented_order() -> None:
+    # A CALLER fault wins over every other end; then attempts, deadline, pool, budget.
+    loop = RetryLoop(budget(), 1)
+    loop.start(0.0)
+    loop.attempt("a")
+    assert loop.after_fault(poise.Fault.CALLER, 0.0, pool_size=1, time_left=0.0) is Next.NOT_RETRYABLE
+    assert loop.after_fault(poise.Fault.FATAL, 0.0, pool_size=1, time_left=0.0) is Next.ATTEMPTS_SPENT
+    loop = RetryLoop(budget(), 3)
+    loop.start(0.0)
+    loop.attempt("a")
+    assert loop.after_fault(poise.Fault.FATAL, 0.0, pool_size=1, time_left=-1.0) is Next.DEADLINE_PASSED
+    assert loop.after_fault(poise.Fault.FATAL, 0.0, pool_size=1) is Next.POOL_SPENT
+    assert loop.after_fault(poise.Fault.FATAL, 0.0, pool_size=2) is Next.BUDGET_SPENT

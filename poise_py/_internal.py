@@ -1,0 +1,117 @@
+"""The interface poise_py's own integrations (contrib, sim) use; not public, no stability promise.
+
+A :class:`~poise_py.LoadBalancer` builds one and exposes it as ``lb._internals``: the
+one private attribute that code outside ``_balancer.py`` may touch. Everything else the
+integrations need comes from the public API (``acquire``, ``snapshot()``,
+``statistics()``, ``add_observer``...). What lives here is what no user should call but
+every retrying or simulating integration needs, so each does it the way ``lb.call`` does:
+
+- the balancer clock's reading (:meth:`now`);
+- the balancer's classification of an exception for an endpoint (:meth:`classify`:
+  a raising or ill-typed classifier is logged and read as SUSPECT);
+- the retry accounting: :meth:`retry_loop` hands out a pure
+  :class:`~poise_py._core._retry.RetryLoop` on the balancer's shared retry budget (its
+  denials are what ``lb.retries_denied`` counts), and :attr:`pool_size` lets a caller
+  stop once every endpoint was tried;
+- :meth:`run_timers`, for the simulator, which drives virtual time from a synchronous
+  loop with no timer task between its events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ._classify import Classifier
+from ._core._budget import Budget
+from ._core._pool import Pool
+from ._core._retry import RetryLoop
+from ._faults import Classification, Fault
+from ._logs import LimitedLog
+
+__all__ = ["BalancerInternals"]
+
+
+class BalancerInternals:
+    """What contrib and the simulator may use of one balancer beyond its public API.
+
+    Args:
+        clock: reads the balancer's clock (the backend's, or the injected one).
+        budget: the balancer's retry budget state, shared by every retrying caller.
+        classifier: the balancer's ``classifier=``.
+        log: the balancer's rate-limited log (a broken classifier is reported there).
+        pool: the balancer's pool (its size, its timers).
+    """
+
+    __slots__ = ("_budget", "_classifier", "_clock", "_log", "_pool")
+
+    def __init__(
+        self, *, clock: Callable[[], float], budget: Budget, classifier: Classifier, log: LimitedLog, pool: Pool
+    ) -> None:
+        self._clock = clock
+        self._budget = budget
+        self._classifier = classifier
+        self._log = log
+        self._pool = pool
+
+    def now(self) -> float:
+        """The balancer clock's reading."""
+        return self._clock()
+
+    def classify(self, exc: Exception, endpoint_id: str | None = None) -> tuple[Fault, float | None]:
+        """``exc`` through the balancer's classifier: (fault, retry_after).
+
+        A classifier that raises, or returns something other than a Fault or a
+        Classification, is logged (rate-limited, per endpoint) and read as SUSPECT.
+        """
+        try:
+            verdict: object = self._classifier(exc)
+        except Exception as error:  # noqa: BLE001 - a broken classifier must not lose the outcome
+            self._log.log(
+                logging.ERROR,
+                (endpoint_id, "classifier"),
+                self._clock(),
+                "poise_py: the classifier raised on a result of endpoint %r; recording SUSPECT",
+                endpoint_id,
+                exc_info=error,
+            )
+            return Fault.SUSPECT, None
+        if isinstance(verdict, Fault):
+            return verdict, None
+        if isinstance(verdict, Classification):
+            return verdict.fault, verdict.retry_after
+        self._log.log(
+            logging.ERROR,
+            (endpoint_id, "classifier"),
+            self._clock(),
+            "poise_py: the classifier returned %r for endpoint %r, not a Fault; recording SUSPECT",
+            verdict,
+            endpoint_id,
+        )
+        return Fault.SUSPECT, None
+
+    def retry_loop(self, attempts: int) -> RetryLoop:
+        """A retry loop for one logical request on the balancer's budget (not started yet).
+
+        The caller calls ``start(now)`` as the request begins and ``after_fault`` after
+        each failed attempt; a refused retry is counted in ``lb.retries_denied``.
+        """
+        return RetryLoop(self._budget, attempts)
+
+    @property
+    def retries_denied(self) -> int:
+        """Retries the budget refused so far (``lb.retries_denied``)."""
+        return self._budget.denied
+
+    @property
+    def pool_size(self) -> int:
+        """How many endpoints the pool holds now (``after_fault(pool_size=...)``)."""
+        return len(self._pool.members)
+
+    def run_timers(self, now: float) -> None:
+        """Fire every timer due at ``now`` (open windows ending, outlier evaluations).
+
+        For the simulator: it drives virtual time from a synchronous loop, so no timer
+        task runs between its events; it fires them where it samples the pool.
+        """
+        self._pool.handle_timer(now)
