@@ -311,7 +311,7 @@ class Instrumentation:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             if self._closed:
                 return []
-            return list(reader(self.lb._read_statistics()))
+            return list(reader(self.lb.statistics()))
 
         return observe
 
@@ -319,7 +319,7 @@ class Instrumentation:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             if self._closed:
                 return []
-            return list(reader(self.lb._read_snapshot()))
+            return list(reader(self.lb.snapshot()))
 
         return observe
 
