@@ -26,6 +26,9 @@ from typing import Protocol
 
 import anyio
 
+_ROUNDS = 8
+"""How many times, per client, one pass may fire clients before it lets other tasks run."""
+
 
 class TimerClient(Protocol):
     """A part of the balancer that needs time to pass: pure decisions, no awaits."""
@@ -56,16 +59,31 @@ class Timer:
             wakeup.set()
 
     def fire(self, now: float) -> float | None:
-        """Fire every client due at ``now``; return the earliest deadline still ahead, or None."""
-        earliest: float | None = None
-        for client in self.clients:
-            deadline = client.next_deadline()
-            if deadline is not None and deadline <= now:
-                client.handle_timer(now)
+        """Fire every client due at ``now``; return the earliest deadline still ahead, or None.
+
+        Due clients fire earliest deadline first, one at a time, and every deadline is read
+        again after each: what one does (a circuit moving) can make another due (the alert
+        looks), and an overdue alert looks before the circuit that was due after it moves.
+        """
+        clients = self.clients
+        for _ in range(_ROUNDS * (len(clients) + 1)):
+            first: TimerClient | None = None
+            first_at = earliest = None
+            for client in clients:
                 deadline = client.next_deadline()
-            if deadline is not None and (earliest is None or deadline < earliest):
-                earliest = deadline
-        return earliest
+                if deadline is None:
+                    continue
+                if deadline <= now:
+                    if first_at is None or deadline < first_at:
+                        first, first_at = client, deadline
+                elif earliest is None or deadline < earliest:
+                    earliest = deadline
+            if first is None:
+                return earliest
+            first.handle_timer(now)
+        # A client keeps being due at ``now``: a bug in it; look again on the next pass
+        # (the loop's zero-second wait is a checkpoint, so the rest of the program runs).
+        return now
 
     async def run(self, clock: Callable[[], float], *, injected: bool) -> None:
         """Fire due clients and sleep until the next deadline or a wake-up; forever.
