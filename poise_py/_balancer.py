@@ -231,11 +231,7 @@ class LoadBalancer:
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
         if self._health is not None:
             self._health.on_change = self._telemetry.health_changed
-        # The one timer: each client is a line here (see poise_py._timer).
-        clients: list[TimerClient] = [self._pool, self._membership, self._telemetry]
-        if self._health is not None:
-            clients.append(self._health)
-        self._timer = Timer(tuple(clients))
+        self._timer = Timer()
         wake = self._timer.wake
         self._pool.on_armed = wake
         self._membership.wake = wake
@@ -248,6 +244,9 @@ class LoadBalancer:
                 coordination, self._pool, circuit, self._rng, on_fallback=self._coordination_fallback
             )
             self._pool.on_probe_result = self._coordinator.probe_result
+        # The one timer's clients (see poise_py._timer): another client is one more entry.
+        parts: tuple[TimerClient | None, ...] = (self._pool, self._membership, self._telemetry, self._health)
+        self._timer.clients = tuple(part for part in parts if part is not None)
 
     # -- lifecycle ---------------------------------------------------------------------
 
