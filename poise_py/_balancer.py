@@ -100,6 +100,8 @@ class LoadBalancer:
         on_discovery_end: what to do when the discovery stream ends or fails.
         clock: a function returning seconds; default is the running backend's clock (what
             ``anyio.current_time()`` returns), so Trio's ``MockClock`` drives every timer.
+            An injected clock drives the same timer: it sleeps the time left in backend
+            time, then reads this clock again (waiting for a change if it stood still).
         seed: seeds the balancer's rng (jitter, random picks) for reproducible runs.
         retry_budget: bounds the retries of :meth:`call` (default :class:`RetryBudget`).
         no_eligible_alert_after: seconds selections must keep failing, with no call
