@@ -755,7 +755,7 @@ def _reread(read: Callable[[float], T], clock: Callable[[], float]) -> T:
     for _ in range(3):
         try:
             return read(now)
-        except RuntimeError:  # the pool changed size under a reader thread: read again
+        except (RuntimeError, KeyError):  # the pool changed under a reader thread: read again
             continue
     return read(now)
 
