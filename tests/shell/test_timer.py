@@ -196,3 +196,29 @@ async def test_statistics_and_snapshot_can_be_read_from_another_thread() -> None
         assert stats.pool.successes == 1
         assert stats.size == 2
         assert {s.id for s in snap.endpoints} == {"a", "b"}
+
+
+async def test_reads_from_another_thread_survive_membership_churn() -> None:
+    send, receive = anyio.create_memory_object_stream[poise.Update](8)
+    lb = poise.LoadBalancer(receive)
+    stop = threading.Event()
+    reads = 0
+
+    def reader() -> None:
+        nonlocal reads
+        while True:  # at least one read, however soon the churn ends
+            stats, snap = lb.statistics(), lb.snapshot()
+            assert stats.size >= 0
+            assert snap.size >= 0
+            reads += 1
+            if stop.is_set():
+                return
+
+    async with lb, send, anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, reader)
+        for revision in range(1, 200):
+            await send.send(poise.Snapshot(revision, endpoints(*(f"e{(revision + i) % 60}" for i in range(30)))))
+            await anyio.wait_all_tasks_blocked()
+        stop.set()
+    assert reads >= 1
+    assert lb.discovery_revision == 199
