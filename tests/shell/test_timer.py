@@ -214,7 +214,7 @@ async def test_reads_from_another_thread_survive_membership_churn() -> None:
             if stop.is_set():
                 return
 
-    async with lb, send, anyio.create_task_group() as tg:
+    async with lb, send, receive, anyio.create_task_group() as tg:
         tg.start_soon(anyio.to_thread.run_sync, reader)
         for revision in range(1, 200):
             await send.send(poise.Snapshot(revision, endpoints(*(f"e{(revision + i) % 60}" for i in range(30)))))
