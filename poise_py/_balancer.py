@@ -2,7 +2,11 @@
 
 Decide, then do I/O: every decision (selection, outcome, timers, discovery changes) is a
 synchronous call into the pure :class:`~poise_py._core._pool.Pool` with ``now`` read from
-the clock; the only awaits are in the background tasks (discovery, timers).
+the clock; the only awaits are in the background tasks (discovery, the timer, probes,
+readiness checks). One timer task (:class:`~poise_py._timer.Timer`) serves every part that
+needs time to pass (the pool, active health, the no-eligible alert, readiness
+quarantine), with the backend's clock or the injected one alike. Reads
+(:meth:`LoadBalancer.statistics`, :meth:`LoadBalancer.snapshot`) change nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 import math
 import random
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Collection, Hashable
+from functools import partial
 from threading import get_ident
 from types import TracebackType
 from typing import Any, TypeVar
@@ -57,6 +62,7 @@ from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
 from ._statistics import BalancerStatistics
 from ._telemetry import DEFAULT_EVENT_BUFFER, EventStream, Observer, Telemetry
+from ._timer import Timer, TimerClient
 
 logger = logging.getLogger("poise_py")
 T = TypeVar("T")
@@ -95,6 +101,8 @@ class LoadBalancer:
         on_discovery_end: what to do when the discovery stream ends or fails.
         clock: a function returning seconds; default is the running backend's clock (what
             ``anyio.current_time()`` returns), so Trio's ``MockClock`` drives every timer.
+            An injected clock drives the same timer: it sleeps the time left in backend
+            time, then reads this clock again (waiting for a change if it stood still).
         seed: seeds the balancer's rng (jitter, random picks) for reproducible runs.
         retry_budget: bounds the retries of :meth:`call` (default :class:`RetryBudget`).
         no_eligible_alert_after: seconds selections must keep failing, with no call
@@ -198,7 +206,6 @@ class LoadBalancer:
             on_panic=self._on_panic,
             on_degraded=self._on_degraded,
         )
-        self._pool.on_armed = self._wake_timer
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
@@ -220,7 +227,6 @@ class LoadBalancer:
         self._closed = False
         self._gate = 0
         """The owner thread's id while serving, else 0: ``acquire``'s one test on its hot path."""
-        self._timer_wakeup: anyio.Event | None = None
         self._budget = Budget(retry_budget)
         self._call_observers: tuple[CallObserver, ...] = ()
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
@@ -234,12 +240,22 @@ class LoadBalancer:
         """The one internal interface contrib and the simulator use (see ``_internal.py``)."""
         if self._health is not None:
             self._health.on_change = self._telemetry.health_changed
+        self._timer = Timer()
+        wake = self._timer.wake
+        self._pool.on_armed = wake
+        self._membership.wake = wake
+        self._telemetry.wake = wake
+        if self._health is not None:
+            self._health.wake = wake
         self._coordinator: Coordinator | None = None
         if coordination is not None:
             self._coordinator = Coordinator(
                 coordination, self._pool, circuit, self._rng, on_fallback=self._coordination_fallback
             )
             self._pool.on_probe_result = self._coordinator.probe_result
+        # The one timer's clients (see poise_py._timer): another client is one more entry.
+        parts: tuple[TimerClient | None, ...] = (self._pool, self._membership, self._telemetry, self._health)
+        self._timer.clients = tuple(part for part in parts if part is not None)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -250,7 +266,6 @@ class LoadBalancer:
         self._thread = get_ident()
         self._cancelled = anyio.get_cancelled_exc_class()
         self._closed = False
-        self._timer_wakeup = anyio.Event()
         self._discovery_over = False
         source = self._discovery
         await self._membership.prepare()
@@ -260,16 +275,14 @@ class LoadBalancer:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
-        self._membership.attach(task_group)
+        self._membership.attach(task_group, self._clock)
         self._running = True
         self._gate = self._thread
         if not isinstance(source, StaticDiscovery):
             task_group.start_soon(self._run_discovery, source)
-        task_group.start_soon(self._run_timers)
-        if self._clock_arg is None:
-            task_group.start_soon(self._telemetry.watch, self._clock)
         if self._health is not None:
-            task_group.start_soon(self._health.run, task_group, self._clock)
+            self._health.attach(task_group, self._clock)
+        task_group.start_soon(partial(self._timer.run, self._clock, injected=self._clock_arg is not None))
         coordinator = self._coordinator
         if coordinator is not None:
             await coordinator.start(self._clock, backend_clock=self._clock_arg is None)
@@ -288,6 +301,8 @@ class LoadBalancer:
         self._gate = 0
         self._task_group = None
         task_group.cancel_scope.cancel()
+        if self._health is not None:
+            self._health.detach()
         self._telemetry.close()
         # The body's exception is not the task group's business: close the group on its
         # own (its tasks only wait and never raise), so the caller's exception propagates
@@ -488,15 +503,16 @@ class LoadBalancer:
         """Frozen counters: pool-wide totals (departed endpoints included) and per endpoint.
 
         Every count saturates at ``2**64 - 1``; the per-endpoint series are bounded by the
-        live pool.
+        live pool. A pure read: it fires no timer and emits nothing (the balancer's timer
+        moves circuits and reports alerts on time), so a metrics reader may call it from
+        another thread; there ``taken_at`` is NaN if the balancer's clock cannot be read.
         """
-        now = self._clock()
-        pool = self._pool
-        if pool.orphans:
-            pool.release_orphans()
-        pool.handle_timer(now)
-        return self._telemetry.statistics(
-            now, retries_denied=self._budget.denied, readiness_failures=self._membership.readiness_failures
+        telemetry = self._telemetry
+        return _reread(
+            lambda now: telemetry.statistics(
+                now, retries_denied=self._budget.denied, readiness_failures=self._membership.readiness_failures
+            ),
+            self._clock,
         )
 
     def events(self, *, buffer: int = DEFAULT_EVENT_BUFFER) -> EventStream:
@@ -554,57 +570,20 @@ class LoadBalancer:
             exc_info=exc,
         )
 
-    def _read_snapshot(self) -> PoolSnapshot:
-        """:meth:`snapshot` without side effects (no timers run), for a metrics reader on another thread."""
-        try:
-            now = self._clock()
-        except Exception:  # noqa: BLE001 - outside the event loop the backend clock cannot be read
-            now = math.nan
-        health = self._health
-        for _ in range(3):
-            try:
-                return pool_snapshot(self._pool, now, health=None if health is None else health.snapshot)
-            except RuntimeError:  # the pool changed size under a reader thread: read again
-                continue
-        return pool_snapshot(self._pool, now, health=None if health is None else health.snapshot)
-
-    def _read_statistics(self) -> BalancerStatistics:
-        """:meth:`statistics` without side effects, for a metrics reader on another thread."""
-        try:
-            now = self._clock()
-        except Exception:  # noqa: BLE001 - outside the event loop the backend clock cannot be read
-            now = math.nan
-        for _ in range(3):
-            try:
-                return self._telemetry.statistics(
-                    now,
-                    retries_denied=self._budget.denied,
-                    readiness_failures=self._membership.readiness_failures,
-                    settle=False,
-                )
-            except RuntimeError:  # the pool changed size under a reader thread: read again
-                continue
-        return self._telemetry.statistics(
-            now,
-            retries_denied=self._budget.denied,
-            readiness_failures=self._membership.readiness_failures,
-            settle=False,
-        )
-
     @property
     def discovery_rejected(self) -> int:
         """Discovery updates rejected (stale, duplicate, incoherent); the stream went on."""
         return self._telemetry.count(DiscoveryRejected)
 
     def snapshot(self) -> PoolSnapshot:
-        """A frozen view of every endpoint and of the pool."""
-        now = self._clock()
+        """A frozen view of every endpoint and of the pool.
+
+        A pure read, like :meth:`statistics`: safe from another thread (``taken_at`` is
+        NaN there if the balancer's clock cannot be read).
+        """
         pool = self._pool
-        if pool.orphans:
-            pool.release_orphans()
-        pool.handle_timer(now)
-        health = self._health
-        return pool_snapshot(pool, now, health=None if health is None else health.snapshot)
+        health = None if self._health is None else self._health.snapshot
+        return _reread(lambda now: pool_snapshot(pool, now, health=health), self._clock)
 
     # -- background --------------------------------------------------------------------
 
@@ -711,38 +690,15 @@ class LoadBalancer:
         """Failed readiness checks so far (saturating at ``2**64 - 1``)."""
         return self._membership.readiness_failures
 
-    async def _run_timers(self) -> None:
-        pool = self._pool
-        clock = self._clock
-        backend_clock = self._clock_arg is None
-        while True:
-            wakeup = self._timer_wakeup
-            assert wakeup is not None  # noqa: S101 - set by __aenter__
-            deadline = pool.next_deadline() if backend_clock else None
-            if deadline is None:
-                await wakeup.wait()
-            else:
-                delay = deadline - clock()
-                if delay > 0:
-                    with anyio.move_on_after(delay):
-                        await wakeup.wait()
-                pool.handle_timer(clock())
-            if wakeup.is_set():
-                self._timer_wakeup = anyio.Event()
-
     def _coordination_fallback(self, at: float, error: BaseException, endpoint_id: str | None, storage: str) -> None:
         self._telemetry.emit(CoordinationFallback(at=at, endpoint_id=endpoint_id, error=error, storage=storage))
 
     def _on_transition(self, state: EndpointState, transition: Transition) -> None:
-        if transition.reopen_at is not None and self._timer_wakeup is not None:
-            self._timer_wakeup.set()
+        if transition.reopen_at is not None:
+            self._timer.wake()
         if self._coordinator is not None:
             self._coordinator.moved(state, transition)
         self._telemetry.on_transition(state, transition)
-
-    def _wake_timer(self) -> None:
-        if self._timer_wakeup is not None:
-            self._timer_wakeup.set()
 
     def _on_degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
         self._telemetry.degraded(state, degraded, self._clock())
@@ -751,6 +707,20 @@ class LoadBalancer:
         """A tier started or stopped panicking: PanicStarted / PanicEnded (logged by telemetry)."""
         event = PanicStarted if started else PanicEnded
         self._telemetry.emit(event(at=self._clock(), tier=tier, healthy_share=healthy_share))
+
+
+def _reread(read: Callable[[float], T], clock: Callable[[], float]) -> T:
+    """``read(now)``, again if a dict changed size under a reader on another thread."""
+    try:
+        now = clock()
+    except Exception:  # noqa: BLE001 - outside the event loop the backend clock cannot be read
+        now = math.nan
+    for _ in range(3):
+        try:
+            return read(now)
+        except (RuntimeError, KeyError):  # the pool changed under a reader thread: read again
+            continue
+    return read(now)
 
 
 def _check_exclude(exclude: object) -> None:

@@ -1,11 +1,13 @@
-"""The async side of active health checks: runs probes and feeds their verdicts to the pool.
+"""The async side of active health checks: starts probes and feeds their verdicts to the pool.
 
 Decide, then do I/O: the pure :class:`~poise_py._core._health_schedule.HealthScheduler` says which
-probes are due and what a result means; :class:`HealthRunner` only starts the probes in
-the balancer's task group, times them out, and hands the results back. Its synchronous
-methods are the glue between the scheduler and the pool: a classification reaches
-eligibility through :meth:`Pool.set_health <poise_py._core._pool.Pool.set_health>`
-(O(1), never per call), and a passing probe may un-eject a passively ejected circuit.
+probes are due and what a result means (:func:`~poise_py._core._health_schedule.verdict`);
+:class:`HealthRunner` is a client of the balancer's one timer (:mod:`poise_py._timer`):
+``next_deadline`` is the scheduler's, and ``handle_timer`` only starts the due probes in
+the balancer's task group. A probe task times the probe out and hands the result back;
+the verdict reaches eligibility through :meth:`Pool.set_health
+<poise_py._core._pool.Pool.set_health>` (O(1), never per call), and a passing probe may
+un-eject a passively ejected circuit.
 """
 
 from __future__ import annotations
@@ -16,11 +18,19 @@ from collections.abc import Callable, Iterable
 import anyio
 import anyio.abc
 
-from ._core._health_schedule import HealthCheck, HealthScheduler, HealthSnapshot, HealthStatus, ProbeResult, ProbeToken
+from ._core._health_schedule import (
+    HealthCheck,
+    HealthScheduler,
+    HealthSnapshot,
+    HealthStatus,
+    ProbeResult,
+    ProbeToken,
+    refusal,
+    verdict,
+)
 from ._core._pool import Pool
 from ._core._record import EndpointState
 from ._endpoint import AdminStatus
-from ._errors import IneligibleReason
 
 logger = logging.getLogger("poise_py")
 
@@ -39,7 +49,9 @@ class HealthRunner:
         self.scheduler = HealthScheduler(check, unit)
         self._pool = pool
         self._clock: Callable[[], float] = anyio.current_time
-        self._wakeup: anyio.Event | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self.wake: Callable[[], None] = _nothing
+        """Tell the balancer's timer that the next deadline may have moved."""
         self.unejected = 0
         """Passively ejected circuits closed by a passing probe."""
         self.on_change: Callable[[EndpointState, HealthStatus | None, HealthStatus, float], None] | None = None
@@ -57,13 +69,13 @@ class HealthRunner:
         for endpoint_id in added:
             scheduler.add(endpoint_id, now)
             self._publish(members[endpoint_id], HealthStatus.UNKNOWN)
-        self._wake()
+        self.wake()
 
     def set_admin(self, state: EndpointState, status: AdminStatus, now: float) -> None:
         """Apply an operator status: a change bumps the probe generation (see the scheduler)."""
         if self.scheduler.set_admin(state.endpoint.id, status, now):
             self._publish(state, self.scheduler.status(state.endpoint.id))
-            self._wake()
+            self.wake()
 
     def settle(
         self,
@@ -85,48 +97,31 @@ class HealthRunner:
         endpoint_id = token.endpoint_id
         before = scheduler.status(endpoint_id) if endpoint_id in scheduler else None
         status = scheduler.record(token, result, now)
-        self._wake()
+        self.wake()
         if status is None:
             return None
-        if status is not before:
+        decided = verdict(self.check, before, status, result, epoch=epoch, current_epoch=state.circuit.epoch)
+        if decided.changed:
             self._log_change(endpoint_id, status, result, error)
-            self._publish(state, status)
+            self._pool.set_health(state, decided.refusal)
             if self.on_change is not None:
                 self.on_change(state, before, status, now)
-        if (
-            result is ProbeResult.PASSED
-            and status is HealthStatus.HEALTHY
-            and self.check.uneject
-            and state.circuit.epoch == epoch
-            and self._pool.uneject(state, now)
-        ):
+        if decided.uneject and self._pool.uneject(state, now):
             self.unejected += 1
         return status
 
     def cancel(self, token: ProbeToken, now: float) -> None:
         """A probe ended without a result: reschedule it, classify nothing."""
         if self.scheduler.cancel(token, now):
-            self._wake()
+            self.wake()
 
     def snapshot(self, endpoint_id: str) -> HealthSnapshot | None:
         """The active health view of one endpoint, or None if it is not tracked."""
         scheduler = self.scheduler
         return scheduler.snapshot(endpoint_id) if endpoint_id in scheduler else None
 
-    def refusal(self, status: HealthStatus) -> IneligibleReason | None:
-        """What a classification means for eligibility under AUTO."""
-        if status is HealthStatus.UNHEALTHY:
-            return IneligibleReason.UNHEALTHY
-        if status is HealthStatus.UNKNOWN and not self.check.admit_unknown:
-            return IneligibleReason.UNCLASSIFIED
-        return None
-
     def _publish(self, state: EndpointState, status: HealthStatus) -> None:
-        self._pool.set_health(state, self.refusal(status))
-
-    def _wake(self) -> None:
-        if self._wakeup is not None:
-            self._wakeup.set()
+        self._pool.set_health(state, refusal(self.check, status))
 
     def _log_change(
         self, endpoint_id: str, status: HealthStatus, result: ProbeResult, error: BaseException | None
@@ -142,35 +137,35 @@ class HealthRunner:
         else:
             logger.info("poise_py: endpoint %r is %s by active checks", endpoint_id, status.value)
 
-    # -- the async loop ----------------------------------------------------------------
+    # -- the timer client ----------------------------------------------------------------
 
-    async def run(self, task_group: anyio.abc.TaskGroup, clock: Callable[[], float]) -> None:
-        """Start every due probe in ``task_group``, then sleep until the next one; forever.
-
-        The sleep is in the running backend's time for ``deadline - clock()`` seconds, so
-        an injected clock must advance with it (a clock that only moves when a test says
-        so delays probes until something wakes the runner).
-        """
+    def attach(self, task_group: anyio.abc.TaskGroup, clock: Callable[[], float]) -> None:
+        """Start probes in ``task_group`` (the balancer's), reading ``clock``, from now on."""
+        self._task_group = task_group
         self._clock = clock
+        self.wake()
+
+    def detach(self) -> None:
+        """The task group is ending: start no more probes (due ones wait for the next attach)."""
+        self._task_group = None
+
+    def next_deadline(self) -> float | None:
+        """When a probe is next due, or None (nothing scheduled, or not attached)."""
+        return None if self._task_group is None else self.scheduler.next_deadline()
+
+    def handle_timer(self, now: float) -> None:
+        """Reserve every probe due at ``now`` and start each in the balancer's task group."""
+        task_group = self._task_group
+        if task_group is None:
+            return
         scheduler = self.scheduler
         members = self._pool.members
-        try:
-            while True:
-                wakeup = self._wakeup = anyio.Event()
-                for token in scheduler.due(clock()):
-                    state = members.get(token.endpoint_id)
-                    if state is None:  # left the pool without the runner being told
-                        scheduler.remove(token.endpoint_id)
-                        continue
-                    task_group.start_soon(self._probe, token, state, state.circuit.epoch)
-                deadline = scheduler.next_deadline()
-                if deadline is None:
-                    await wakeup.wait()
-                else:
-                    with anyio.move_on_after(deadline - clock()):
-                        await wakeup.wait()
-        finally:
-            self._wakeup = None  # operator calls after the balancer closes wake nothing
+        for token in scheduler.due(now):
+            state = members.get(token.endpoint_id)
+            if state is None:  # left the pool without the runner being told
+                scheduler.remove(token.endpoint_id)
+                continue
+            task_group.start_soon(self._probe, token, state, state.circuit.epoch)
 
     async def _probe(self, token: ProbeToken, state: EndpointState, epoch: int) -> None:
         error: BaseException | None = None
@@ -185,3 +180,7 @@ class HealthRunner:
         else:
             result = ProbeResult.TIMED_OUT if scope.cancelled_caught else ProbeResult.PASSED
         self.settle(token, state, result, self._clock(), epoch=epoch, error=error)
+
+
+def _nothing() -> None:
+    """The default :attr:`HealthRunner.wake`: no timer to tell."""

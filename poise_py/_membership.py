@@ -23,7 +23,11 @@ state, a new resource and a fresh circuit.
 Readiness: a resource with a ``ready()`` method (async, or sync) keeps its endpoint out
 of selection as NOT_READY until ``ready()`` returns; a failure (it raises, returns False,
 or outlasts :attr:`Readiness.timeout`) quarantines that endpoint alone for
-:attr:`Readiness.cooldown`, after which it is checked again. The pool is never
+:attr:`Readiness.cooldown`, after which it is checked again. Each check is a task in the
+balancer's task group; the cool-downs are the pure
+:class:`~poise_py._core._readiness.Quarantine`'s, and :class:`Membership` is a client of
+the balancer's one timer (:mod:`poise_py._timer`) that starts the next check when one is
+due. The pool is never
 quarantined: if a failure leaves every member quarantined (none usable, none still
 pending), :meth:`Membership.readiness_error` returns the :class:`ReadinessError` naming
 it and its index at that moment.
@@ -42,6 +46,7 @@ import attrs
 
 from ._core._directory import Changes, Directory
 from ._core._pool import Pool
+from ._core._readiness import Quarantine
 from ._core._record import EndpointState, sat_add
 from ._discovery import Update
 from ._endpoint import Endpoint, check_duration
@@ -124,8 +129,12 @@ class Membership:
         self._exhausted: tuple[EndpointState, int] | None = None
         """The failure that left every member quarantined, and its index then."""
         self._rebuild = False
+        self._cooling: Quarantine[EndpointState] = Quarantine(self._readiness.cooldown)
+        self._clock: Callable[[], float] | None = None
         self.readiness_failures = 0
         """Failed ``ready()`` checks (saturating)."""
+        self.wake: Callable[[], None] = _nothing
+        """Tell the balancer's timer that the next cool-down may have moved."""
 
     # -- updates -----------------------------------------------------------------------
 
@@ -206,6 +215,7 @@ class Membership:
         scope = self._checks.pop(state, None)
         if scope is not None:
             scope.cancel()
+        self._cooling.remove(state)
         self._quarantined.pop(state, None)
         if self._exhausted is not None and self._exhausted[0] is state:
             self._exhausted = None
@@ -255,6 +265,7 @@ class Membership:
         for state, resource in zip(states, resources, strict=True):
             state.resource = resource
             self._quarantined.pop(state, None)
+            self._cooling.remove(state)
             if _ready_method(resource) is not None:  # a new resource is checked afresh
                 self.pool.set_readiness(state, _NOT_READY)
                 self._checks[state] = None
@@ -262,9 +273,11 @@ class Membership:
                 self._checks.pop(state, None)
                 self.pool.set_readiness(state, None)
 
-    def attach(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Run readiness checks and closes in ``task_group`` (the balancer's)."""
+    def attach(self, task_group: anyio.abc.TaskGroup, clock: Callable[[], float]) -> None:
+        """Run readiness checks and closes in ``task_group`` (the balancer's), reading ``clock``."""
         self._task_group = task_group
+        self._clock = clock
+        self._cooling.clear()  # every pending check starts now, quarantined or not
         for state in self._checks:
             task_group.start_soon(self._check, state)
 
@@ -273,6 +286,22 @@ class Membership:
         self._task_group = None
         for state in self._checks:
             self._checks[state] = None
+
+    # -- the timer client ----------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When a quarantined endpoint is next due for a check, or None."""
+        return None if self._task_group is None else self._cooling.next_deadline()
+
+    def handle_timer(self, now: float) -> None:
+        """Start a check of every endpoint whose cool-down has ended at ``now``."""
+        task_group = self._task_group
+        if task_group is None:
+            return
+        checks = self._checks
+        for state in self._cooling.due(now):
+            if state in checks and checks[state] is None:
+                task_group.start_soon(self._check, state)
 
     async def aclose(self) -> None:
         """When the balancer stops: close every resource (shielded); the next run rebuilds them."""
@@ -321,23 +350,19 @@ class Membership:
         ready = _ready_method(state.resource)
         if ready is None:  # pragma: no cover - only resources with ready() are queued
             return
-        readiness = self._readiness
-        failures = 0
         with anyio.CancelScope() as scope:
             self._checks[state] = scope
-            while True:
-                problem = await _try_ready(ready, readiness.timeout)
-                if problem is None:
-                    self._passed(state, failures)
-                    return
-                failures += 1
-                self._failed(state, problem, failures)
-                await anyio.sleep(readiness.cooldown)
+            problem = await _try_ready(ready, self._readiness.timeout)
+            if problem is None:
+                self._passed(state)
+            else:
+                self._failed(state, problem)
 
-    def _passed(self, state: EndpointState, failures: int) -> None:
+    def _passed(self, state: EndpointState) -> None:
         if state not in self._checks:
             return  # removed while ready() was returning; its cancellation has not landed yet
         del self._checks[state]
+        failures = self._cooling.passed(state)
         self._quarantined.pop(state, None)
         self._exhausted = None
         self.pool.set_readiness(state, None)
@@ -345,9 +370,14 @@ class Membership:
             logger.info("poise_py: endpoint %r passed readiness after %d failures", state.endpoint.id, failures)
         self.notify()
 
-    def _failed(self, state: EndpointState, problem: str, failures: int) -> None:
+    def _failed(self, state: EndpointState, problem: str) -> None:
         if state not in self._checks:
             return  # removed while ready() was failing
+        self._checks[state] = None  # no check running: the next starts when the cool-down ends
+        clock = self._clock
+        assert clock is not None  # noqa: S101 - checks run only once attached
+        failures = self._cooling.failed(state, clock())
+        self.wake()
         self.readiness_failures = sat_add(self.readiness_failures)
         self.pool.set_readiness(state, _QUARANTINED)
         # One warning per failing streak, not one per check: rule 5 (rate-limit per-endpoint logs).
@@ -394,3 +424,7 @@ async def _try_ready(ready: Callable[[], object], limit: float) -> str | None:
         return "ready() returned False" if result is False else None
     # Only a timeout gets here: every other path returned inside the block.
     return f"no answer within {limit:.3g}s"
+
+
+def _nothing() -> None:
+    """The default :attr:`Membership.wake`: no timer to tell."""

@@ -1,4 +1,4 @@
-"""Telemetry: saturating counters, typed events, rate-limited logs, the no-eligible alert.
+"""Telemetry: saturating counters, typed events, rate-limited logs, and emitting the no-eligible alert.
 
 Theory of operation
 -------------------
@@ -14,12 +14,14 @@ hands to :meth:`Telemetry.emit`. ``emit`` counts the event, logs it through a pe
 rate limit, appends it to every subscriber's bounded buffer (dropping the oldest, never
 blocking) and calls the observers synchronously.
 
-The "no eligible endpoints" alert is an episode: the first failed selection opens it;
-it is reported (:class:`NoEligiblePersisting`) only once ``alert_after`` has passed with
-selections still failing and no call succeeding; it closes (:class:`NoEligibleCleared`
-if it was reported) when a call succeeds, or when endpoints are available and nobody
-has been refused since the last look. One empty result at start-up opens an episode
-that closes silently as soon as discovery delivers.
+The "no eligible endpoints" alert is an episode decided by the pure
+:class:`~poise_py._core._alert.NoEligibleAlert`; :class:`Telemetry` feeds it the failed
+selections and the pool's counts and emits the events it returns. Telemetry is a client
+of the balancer's one timer (:mod:`poise_py._timer`): its ``next_deadline`` is the
+episode's next look, so the report fires exactly ``alert_after`` after the episode opened.
+
+Reading (:meth:`Telemetry.statistics`) changes nothing: no alert is evaluated, no counter
+folded, so a metrics reader may read from its own thread.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ from types import MappingProxyType, TracebackType
 
 import anyio
 
+from ._core._alert import NoEligibleAlert
 from ._core._circuit import CircuitState, Transition
 from ._core._health_schedule import HealthStatus
 from ._core._pool import Pool
 from ._core._record import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
 from ._decision import DecisionMode
-from ._errors import ConfigError, IneligibleReason, NoEligibleEndpoints, SelectionError
+from ._errors import ConfigError, SelectionError
 from ._events import (
     BalancerEvent,
     CircuitClosed,
@@ -210,7 +213,9 @@ class Telemetry:
         self._pool = pool
         pool.on_leave = self._left
         self.log: LimitedLog = LimitedLog(log_limit)
-        self.alert_after: float | None = alert_after
+        self.alert = NoEligibleAlert(alert_after)
+        self.wake: Callable[[], None] = _nothing
+        """Tell the balancer's timer that the alert's next look may have moved."""
         self._observers: list[Observer] = []
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
         self._counts: dict[type[BalancerEvent], int] = {}
@@ -221,14 +226,6 @@ class Telemetry:
         self.events_dropped: int = 0
         self._dispatching = False
         self._pending: deque[BalancerEvent] = deque()
-        # The no-eligible episode.
-        self._since: float | None = None
-        self._alerted = False
-        self._last_failure = 0.0
-        self._last_error: SelectionError | None = None
-        self._successes_at_start = 0
-        self._failures_seen = 0
-        self._wakeup: anyio.Event | None = None
 
     # -- events ------------------------------------------------------------------------
 
@@ -240,6 +237,10 @@ class Telemetry:
         """
         cls = type(event)
         self._counts[cls] = self._counts.get(cls, 0) + 1
+        alert = self.alert
+        if alert.episode_open and cls not in _ALERT_EVENTS:
+            alert.changed(event.at)  # a circuit moved, discovery applied...: the episode is looked at
+            self.wake()
         level = _EVENT_LEVEL.get(cls)
         if level is not None and self.log.logger.isEnabledFor(level):
             self._log_event(level, event)
@@ -465,72 +466,40 @@ class Telemetry:
     def selection_failed(self, error: SelectionError, now: float) -> None:
         """``acquire`` raised ``error``: count it and advance the no-eligible episode."""
         self.failed_selections += 1
-        self._last_error = error
-        after = self.alert_after
-        if after is None:
-            return
-        if isinstance(error, NoEligibleEndpoints) and error.reasons.get(IneligibleReason.EXCLUDED):
-            return  # the caller excluded endpoints that were eligible: not a pool outage
-        since = self._since
-        if since is None or (not self._alerted and now - self._last_failure > after):
-            self._start(now)
-        elif not self._alerted and now - since >= after:
-            self.evaluate(now, failing=True)
-        self._last_failure = now
-        wakeup = self._wakeup
-        if wakeup is not None:
-            self._wakeup = None
-            wakeup.set()
-
-    def _start(self, now: float) -> None:
-        self._since = now
-        self._alerted = False
-        self._successes_at_start = self._successes_total()
-        self._failures_seen = self.failed_selections
-
-    def evaluate(self, now: float, *, failing: bool = False) -> None:
-        """Decide whether the open episode is over, or has lasted long enough to report."""
-        since = self._since
-        after = self.alert_after
-        if since is None or after is None:
-            return
-        recovered = self._successes_total() > self._successes_at_start or (
-            not failing and self._pool.available_count > 0 and self.failed_selections == self._failures_seen
-        )
-        self._failures_seen = self.failed_selections
-        if recovered:
-            if self._alerted:
-                self.emit(NoEligibleCleared(at=now, since=since))
-            self._since = None
-            self._alerted = False
-            return
-        if not self._alerted and now - since >= after:
-            self._alerted = True
-            error = self._last_error
-            assert error is not None  # noqa: S101 - an episode starts with a failure
-            reasons = error.reasons if isinstance(error, NoEligibleEndpoints) else {}
-            self.emit(
-                NoEligiblePersisting(at=now, since=since, error=error, reasons=reasons, total=len(self._pool.members))
-            )
+        alert = self.alert
+        had_episode = alert.episode_open
+        for event in alert.refused(now, error, failures=self.failed_selections, view=self):
+            self.emit(event)
+        if alert.episode_open and not had_episode:
+            self.wake()
 
     @property
     def episode_open(self) -> bool:
         """True while selections have been failing and the episode has not closed."""
-        return self._since is not None
+        return self.alert.episode_open
 
-    async def watch(self, clock: Callable[[], float]) -> None:
-        """Look at an open episode every ``alert_after / 4`` seconds (the balancer's task group)."""
-        after = self.alert_after
-        if after is None:
-            return
-        poll = after / 4
-        while True:
-            if self._since is None:
-                wakeup = self._wakeup = anyio.Event()
-                await wakeup.wait()
-                continue
-            await anyio.sleep(poll)
-            self.evaluate(clock())
+    def next_deadline(self) -> float | None:
+        """The alert's next look (a timer client's deadline), or None."""
+        return self.alert.next_deadline()
+
+    def handle_timer(self, now: float) -> None:
+        """Look at the open episode and emit what it decided."""
+        for event in self.alert.handle_timer(now, failures=self.failed_selections, view=self):
+            self.emit(event)
+
+    # -- the pool, as the alert sees it (cold: read only when the alert looks) ------------
+
+    def successes(self) -> int:
+        """Successful calls so far, pool-wide, departed endpoints included."""
+        return self._successes_total()
+
+    def available(self) -> int:
+        """Endpoints that may take a permit now."""
+        return self._pool.available_count
+
+    def total(self) -> int:
+        """Endpoints in the pool."""
+        return len(self._pool.members)
 
     # -- counters ----------------------------------------------------------------------
 
@@ -561,17 +530,13 @@ class Telemetry:
             total += state.successes
         return total
 
-    def statistics(
-        self, now: float, *, retries_denied: int, readiness_failures: int = 0, settle: bool = True
-    ) -> BalancerStatistics:
+    def statistics(self, now: float, *, retries_denied: int, readiness_failures: int = 0) -> BalancerStatistics:
         """Freeze every counter, pool-wide and per live endpoint.
 
-        With ``settle`` False nothing is changed (no alert evaluated, nothing folded), so
-        a metrics reader may call it from its own thread; it copies what it iterates.
+        Changes nothing (no alert evaluated, nothing folded), so a metrics reader may call
+        it from its own thread; it copies what it iterates (a dict that changes size under
+        it raises RuntimeError, and the caller reads again).
         """
-        if settle:
-            self.evaluate(now)
-            self._prune()
         pool = self._pool
         totals = self._departed.copy()
         inflight = 0
@@ -619,6 +584,13 @@ class Telemetry:
             taken_at=now,
             degraded=pool.degraded_count,
         )
+
+
+_ALERT_EVENTS = frozenset({NoEligiblePersisting, NoEligibleCleared})
+
+
+def _nothing() -> None:
+    """The default :attr:`Telemetry.wake`: no timer to tell."""
 
 
 def _sat(value: int) -> int:

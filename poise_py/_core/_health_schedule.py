@@ -26,8 +26,13 @@ endpoint is simply probed again one interval later. Endpoints not known HEALTHY 
 probed at the faster ``unhealthy_interval``, so an endpoint that recovers is readmitted
 quickly; every interval is jittered so a fleet does not probe in lock-step.
 
+What a classification means for eligibility is decided here too (:func:`refusal`), and
+whether a passing probe closes a passively ejected circuit (:func:`verdict`): the shell
+only applies the :class:`Verdict` to the pool.
+
 Nothing here reads a clock or awaits: ``now`` comes in, :meth:`HealthScheduler.next_deadline`
-goes out, and the async shell (``poise_py._health_runner``) runs the probes.
+goes out, and the async shell (``poise_py._health_runner``) runs the probes when the
+balancer's one timer finds them due.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import attrs
 
 from .._endpoint import AdminStatus, Endpoint, check_duration, check_share
-from .._errors import ConfigError
+from .._errors import ConfigError, IneligibleReason
 from ._record import sat_add
 
 Probe = Callable[[Endpoint], Awaitable[object]]
@@ -205,6 +210,57 @@ class HealthSnapshot:
     timeouts: int
     cancelled: int
     stale: int
+
+
+@attrs.frozen(kw_only=True)
+class Verdict:
+    """What a settled probe means for its endpoint; the shell applies it to the pool.
+
+    Attributes:
+        status: the classification after the result.
+        changed: whether the result changed the classification.
+        refusal: why the endpoint may not serve under AUTO, or None (see :func:`refusal`).
+        uneject: whether to close the endpoint's passively ejected circuit.
+    """
+
+    status: HealthStatus
+    changed: bool
+    refusal: IneligibleReason | None
+    uneject: bool
+
+
+def refusal(check: HealthCheck, status: HealthStatus) -> IneligibleReason | None:
+    """What a classification means for eligibility under AUTO (None: it may serve)."""
+    if status is HealthStatus.UNHEALTHY:
+        return IneligibleReason.UNHEALTHY
+    if status is HealthStatus.UNKNOWN and not check.admit_unknown:
+        return IneligibleReason.UNCLASSIFIED
+    return None
+
+
+def verdict(
+    check: HealthCheck,
+    before: HealthStatus | None,
+    status: HealthStatus,
+    result: ProbeResult,
+    *,
+    epoch: int,
+    current_epoch: int,
+) -> Verdict:
+    """Map a probe's settled result to eligibility and un-ejection.
+
+    ``epoch`` is the circuit epoch when the probe started and ``current_epoch`` the one
+    now: a passing probe of a HEALTHY endpoint un-ejects only a circuit still in the epoch
+    it probed, so a probe that began before the circuit opened (or moved on) cannot close it.
+    """
+    return Verdict(
+        status=status,
+        changed=status is not before,
+        refusal=refusal(check, status),
+        uneject=(
+            result is ProbeResult.PASSED and status is HealthStatus.HEALTHY and check.uneject and current_epoch == epoch
+        ),
+    )
 
 
 class _Track:

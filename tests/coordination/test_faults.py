@@ -58,12 +58,13 @@ async def test_a_dead_storage_falls_back_to_local_circuits_and_no_call_fails(
         assert lb.statistics().pool.coordination_fallbacks == 1
         assert [c.connected for c in changes] == [False]
         assert changes[0].reason
-        # the local circuit now decides alone: it half-opens on its own timer and probes
+        # the local circuit now decides alone: once its open window has passed (on the
+        # injected clock) the next selection half-opens it and probes (reads change nothing)
         await fleet.advance(30.0)
-        snap = lb.snapshot()[dead]
-        assert snap.state is CircuitState.HALF_OPEN
         permit = lb.acquire(exclude=("b" if dead == "a" else "a",))
         assert permit.probe
+        snap = lb.snapshot()[dead]
+        assert snap.state is CircuitState.HALF_OPEN
         permit.succeed()
         assert state_of(lb, dead) is CircuitState.CLOSED
 

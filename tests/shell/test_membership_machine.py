@@ -76,7 +76,7 @@ class MembershipMachine(RuleBasedStateMachine):
 
         async def step() -> None:
             async with anyio.create_task_group() as tg:
-                self.membership.attach(tg)
+                self.membership.attach(tg, self.clock)
                 try:
                     result = action(*args)
                     if inspect.isawaitable(result):

@@ -500,6 +500,7 @@ async def test_no_eligible_alerts_once_when_it_persists_and_clears_when_calls_su
         clock.advance(30.0)
         async with lb.acquire():
             pass  # the probe succeeds
+        await anyio.wait_all_tasks_blocked()  # the balancer's timer looks at the episode
         stats = lb.statistics()
         assert stats.pool.no_eligible_alerts == 1
         cleared = [e for e in drain(stream) if isinstance(e, poise.NoEligibleCleared)]
