@@ -265,8 +265,8 @@ class LoadBalancer:
             task_group.start_soon(self._health.run, task_group, self._clock)
         coordinator = self._coordinator
         if coordinator is not None:
-            await coordinator.start(self._clock, backend_clock=self._clock_arg is None)
-            task_group.start_soon(coordinator.run)
+            await coordinator.start(self._clock, backend_clock=self._clock_arg is None, wake=self._wake_timer)
+            task_group.start_soon(coordinator.work)
         return self
 
     async def __aexit__(
@@ -750,12 +750,19 @@ class LoadBalancer:
 
     async def _run_timers(self) -> None:
         pool = self._pool
+        coordinator = self._coordinator
         clock = self._clock
         backend_clock = self._clock_arg is None
         while True:
             wakeup = self._timer_wakeup
             assert wakeup is not None  # noqa: S101 - set by __aenter__
-            deadline = pool.next_deadline() if backend_clock else None
+            deadline: float | None = None
+            if backend_clock:
+                deadline = pool.next_deadline()
+                if coordinator is not None:
+                    fleet = coordinator.next_deadline()
+                    if fleet is not None and (deadline is None or fleet < deadline):
+                        deadline = fleet
             if deadline is None:
                 await wakeup.wait()
             else:
@@ -763,7 +770,10 @@ class LoadBalancer:
                 if delay > 0:
                     with anyio.move_on_after(delay):
                         await wakeup.wait()
-                pool.handle_timer(clock())
+                now = clock()
+                pool.handle_timer(now)
+                if coordinator is not None:
+                    coordinator.handle_timer(now)
             if wakeup.is_set():
                 self._timer_wakeup = anyio.Event()
 

@@ -63,8 +63,7 @@ class LeaseMachine(RuleBasedStateMachine):
     def _version(self, i: int, state: EndpointState) -> int:
         coordinator = self.lbs[i]._coordinator
         assert coordinator is not None
-        link = coordinator._links.get(state)
-        return -1 if link is None else link.version
+        return coordinator.mirrored_version(state)
 
     @rule(i=st.integers(0, LBS - 1))
     def acquire(self, i: int) -> None:
