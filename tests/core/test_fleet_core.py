@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import collections
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import attrs
 import hypothesis.strategies as st
@@ -520,3 +523,17 @@ class FleetMachine(RuleBasedStateMachine):
 
 FleetMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=50, deadline=None)
 TestFleetMachine = FleetMachine.TestCase
+
+
+def test_the_fleet_core_imports_nothing_async() -> None:
+    script = (
+        "import sys, types, importlib\n"
+        "for name in ('anyio', 'trio', 'asyncio', 'sniffio', 'coredis', 'redis'):\n"
+        "    sys.modules[name] = None\n"
+        "package = types.ModuleType('poise_py')\n"
+        f"package.__path__ = [{str(Path(poise.__file__).parent)!r}]\n"
+        "sys.modules['poise_py'] = package\n"
+        "importlib.import_module('poise_py._core._fleet')\n"
+    )
+    # the worktree's package, not the installed one
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(__file__).parents[2])  # noqa: S603 - our own script
