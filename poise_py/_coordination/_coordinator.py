@@ -31,10 +31,10 @@ import anyio
 
 from .._core._circuit import Transition
 from .._core._circuit_policy import CircuitPolicy
-from .._core._fleet import (
+from .._core._fleet import FleetCore
+from .._core._fleet_actions import (
     BeginHalfOpen,
     Close,
-    FleetCore,
     FleetEvent,
     JobCrashed,
     LeaseProbe,

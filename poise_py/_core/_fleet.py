@@ -15,7 +15,7 @@ BLOCKED and RETIRED are this instance's own verdicts and stay local.
 No I/O happens here, and no clock is read: time comes in as ``now``. The work is done in
 *jobs* (a sync: settle the circuits that moved, poll, begin due rounds, lease probes for
 demand; or, at close, the hand-back of unused leases). A job is a plain generator that
-yields one storage :data:`Operation` at a time; the shell (``_coordination/_coordinator.py``)
+yields one storage :data:`Operation` (``_fleet_actions.py``) at a time; the shell (``_coordination/_coordinator.py``)
 performs it outside any lock and feeds the outcome back with :meth:`FleetCore.complete`
 or :meth:`FleetCore.fail`, then reads :attr:`FleetCore.operation` again. So every
 decision is a synchronous step between two operations, and at most one operation is in
@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Generator
-from typing import ClassVar, cast
+from typing import cast
 
 import attrs
 
@@ -67,6 +67,22 @@ from .._coordination._protocol import Changes, OpenWait, ProbeReport, Reply, Sha
 from ._circuit import Cause, CircuitState, Transition
 from ._circuit_policy import CircuitPolicy
 from ._ejection import Escalation
+from ._fleet_actions import (
+    BeginHalfOpen,
+    Close,
+    FleetCounters,
+    FleetEvent,
+    JobCrashed,
+    LeaseProbe,
+    Operation,
+    Read,
+    ReadChanges,
+    RecordUnusable,
+    ReportProbe,
+    StorageLost,
+    StorageRegained,
+    TripOpen,
+)
 from ._pool import Pool
 from ._record import EndpointState, sat_add
 
@@ -74,116 +90,6 @@ _C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
 _LOCAL_ONLY = frozenset({CircuitState.BLOCKED, CircuitState.RETIRED})
 _TRIP_RETRIES = 3
 _SHARED_CAUSES = frozenset({Cause.SHARED_OPEN, Cause.SHARED_HALF_OPEN, Cause.SHARED_CLOSED})
-
-
-# -- operations: what the shell performs on the storage ---------------------------------
-
-
-@attrs.frozen
-class Read:
-    """``storage.read(keys)``: a list of :class:`SharedState`, one per key."""
-
-    keys: tuple[str, ...]
-    name: ClassVar[str] = "read"
-
-
-@attrs.frozen
-class ReadChanges:
-    """``storage.changes(since)``: a :class:`Changes` (protocol 3)."""
-
-    since: int
-    name: ClassVar[str] = "changes"
-
-
-@attrs.frozen
-class TripOpen:
-    """``storage.trip_open(key, expected_version=..., wait=...)``: a :class:`Reply`."""
-
-    key: str
-    expected_version: int
-    wait: OpenWait
-    name: ClassVar[str] = "trip_open"
-
-
-@attrs.frozen
-class BeginHalfOpen:
-    """``storage.begin_half_open_if_elapsed(key, ...)``: a :class:`Reply`."""
-
-    key: str
-    expected_version: int
-    permitted: int
-    lease: float
-    name: ClassVar[str] = "begin_half_open_if_elapsed"
-
-
-@attrs.frozen
-class LeaseProbe:
-    """``storage.lease_probe(key, expected_version=...)``: a :class:`Reply`."""
-
-    key: str
-    expected_version: int
-    name: ClassVar[str] = "lease_probe"
-
-
-@attrs.frozen
-class ReportProbe:
-    """``storage.report_probe(key, expected_version=..., report=...)``: a :class:`Reply`."""
-
-    key: str
-    expected_version: int
-    report: ProbeReport
-    name: ClassVar[str] = "report_probe"
-
-
-@attrs.frozen
-class Close:
-    """``storage.close(key, expected_version=...)``: a :class:`Reply`."""
-
-    key: str
-    expected_version: int
-    name: ClassVar[str] = "close"
-
-
-Operation = Read | ReadChanges | TripOpen | BeginHalfOpen | LeaseProbe | ReportProbe | Close
-"""One storage operation a job waits for."""
-
-
-# -- events: what the shell reports ----------------------------------------------------------
-
-
-@attrs.frozen
-class StorageLost:
-    """The storage failed (``reason``, ``error``): every circuit decides locally. Once per outage."""
-
-    at: float
-    reason: str
-    error: BaseException
-
-
-@attrs.frozen
-class StorageRegained:
-    """The storage answered again after an outage: the circuits follow it again."""
-
-    at: float
-
-
-@attrs.frozen
-class RecordUnusable:
-    """One endpoint's shared record is unusable (``problem``): it decides locally. Once per episode."""
-
-    at: float
-    endpoint_id: str
-    problem: str
-
-
-@attrs.frozen
-class JobCrashed:
-    """A job raised unexpectedly (a bug in a storage or here): logged, then a fallback follows."""
-
-    error: Exception
-
-
-FleetEvent = StorageLost | StorageRegained | RecordUnusable | JobCrashed
 
 
 class _Down(Exception):  # noqa: N818 - internal signal, never escapes
@@ -224,22 +130,6 @@ class _Link:
     """A probe ended (or was cancelled): hand free slots back at the next settle."""
     problem: str | None = None
     """The shared record is unusable (what is wrong): this circuit decides locally meanwhile."""
-
-
-@attrs.define(eq=False)
-class FleetCounters:
-    """The core's saturating counters (see :class:`CoordinationStatistics`)."""
-
-    operations: int = 0
-    failures: int = 0
-    fallbacks: int = 0
-    resyncs: int = 0
-    published: int = 0
-    adopted: int = 0
-    leases: int = 0
-    declined: int = 0
-    released: int = 0
-    poisoned: int = 0
 
 
 class FleetCore:

@@ -26,10 +26,10 @@ import poise_py as poise
 from poise_py import AdminStatus, CircuitState, SharedState
 from poise_py._coordination._protocol import OpenWait, ProbeReport, Reply
 from poise_py._core._circuit import Ticket, Transition
-from poise_py._core._fleet import (
+from poise_py._core._fleet import FleetCore
+from poise_py._core._fleet_actions import (
     BeginHalfOpen,
     Close,
-    FleetCore,
     LeaseProbe,
     Operation,
     Read,
