@@ -254,7 +254,13 @@ class LoadBalancer:
             )
             self._pool.on_probe_result = self._coordinator.probe_result
         # The one timer's clients (see poise_py._timer): another client is one more entry.
-        parts: tuple[TimerClient | None, ...] = (self._pool, self._membership, self._telemetry, self._health)
+        parts: tuple[TimerClient | None, ...] = (
+            self._pool,
+            self._membership,
+            self._telemetry,
+            self._health,
+            self._coordinator,
+        )
         self._timer.clients = tuple(part for part in parts if part is not None)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -285,8 +291,8 @@ class LoadBalancer:
         task_group.start_soon(partial(self._timer.run, self._clock, injected=self._clock_arg is not None))
         coordinator = self._coordinator
         if coordinator is not None:
-            await coordinator.start(self._clock, backend_clock=self._clock_arg is None)
-            task_group.start_soon(coordinator.run)
+            await coordinator.start(self._clock, wake=self._timer.wake)
+            task_group.start_soon(coordinator.work)
         return self
 
     async def __aexit__(

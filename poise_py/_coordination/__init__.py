@@ -2,5 +2,7 @@
 
 ``_protocol`` is the wire contract (``Storage``, ``SharedState``), ``_memory`` and
 ``_redis`` (with ``_lua``) implement it, ``_config`` holds the public knob, and
-``_coordinator`` is the balancer's side: mirroring, publishing, leasing, falling back.
+``_coordinator`` is the balancer's side: the shell that performs, one storage operation at
+a time and outside any lock, what the pure fleet core (``poise_py/_core/_fleet.py``)
+decides about mirroring, publishing, leasing and falling back.
 """

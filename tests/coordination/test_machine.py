@@ -56,15 +56,14 @@ class LeaseMachine(RuleBasedStateMachine):
                 await lb._apply(lb._discovery.snapshot, ignore_duplicate=True)  # type: ignore[attr-defined]
                 coordinator = lb._coordinator
                 assert coordinator is not None
-                await coordinator.start(self.clock, backend_clock=False)
+                await coordinator.start(self.clock)
 
         trio.run(start)
 
     def _version(self, i: int, state: EndpointState) -> int:
         coordinator = self.lbs[i]._coordinator
         assert coordinator is not None
-        link = coordinator._links.get(state)
-        return -1 if link is None else link.version
+        return coordinator.mirrored_version(state)
 
     @rule(i=st.integers(0, LBS - 1))
     def acquire(self, i: int) -> None:

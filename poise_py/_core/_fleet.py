@@ -1,0 +1,835 @@
+"""Fleet mirroring as a pure state machine: what to publish, adopt, lease and hand back.
+
+Theory of operation
+-------------------
+Each endpoint has a :class:`_Link`: the last shared record seen (``view``), the shared
+``version`` and the circuit ``epoch`` that mirror each other, and a local-clock estimate
+of the record's deadline. A circuit whose epoch equals ``link.epoch`` is *in sync*: it
+shows the shared state (or deliberately declined it, see below), and the core may move
+it to a newer shared state (:meth:`Pool.adopt`). A circuit that moved on its own since (a
+local trip, a failed probe, an operator reset, anything done while the storage was away)
+is *ahead*: an OPEN or HALF_OPEN circuit that is ahead is published with ``trip_open``
+before anything else may overwrite it; a CLOSED one simply mirrors the shared state again;
+BLOCKED and RETIRED are this instance's own verdicts and stay local.
+
+No I/O happens here, and no clock is read: time comes in as ``now``. The work is done in
+*jobs* (a sync: settle the circuits that moved, poll, begin due rounds, lease probes for
+demand; or, at close, the hand-back of unused leases). A job is a plain generator that
+yields one storage :data:`Operation` (``_fleet_actions.py``) at a time; the shell (``_coordination/_coordinator.py``)
+performs it outside any lock and feeds the outcome back with :meth:`FleetCore.complete`
+or :meth:`FleetCore.fail`, then reads :attr:`FleetCore.operation` again. So every
+decision is a synchronous step between two operations, and at most one operation is in
+flight per balancer. Pool moves (adopt, retime, grant, revoke, leased mode) are applied
+here directly: the pool is pure too, and the next decision reads the epoch they produce.
+What the shell must tell the world (a fallback, a reconnection, an unusable record) comes
+out of :meth:`FleetCore.events`.
+
+Inputs from the hot path (:meth:`moved`, :meth:`probe_result`, :meth:`refused`,
+:meth:`members_changed`) only take notes and set :attr:`FleetCore.wanted`, the shell's cue
+to start a job (:meth:`FleetCore.start_wanted`). Time-driven work (a poll, a shared
+deadline, a lease held unused for ``sync_interval``, a retry while the storage is away)
+is reported by :meth:`next_deadline` and triggered by :meth:`handle_timer`.
+
+Every operation may let the circuit move; after each reply the core checks the epoch it
+started from, and if the circuit moved it stops and lets the next job handle the news.
+
+Probe slots follow demand. When the shared state is HALF_OPEN, the core leases a slot for
+a mirrored circuit only if this balancer had demand since the round began (an acquire it
+refused since the shared deadline, or any call started since it first saw the round) and
+its own readiness, active health and operator status do not exclude the endpoint; the
+lease is granted to the circuit, so ``acquire`` stays synchronous and the next one takes
+it. A refused acquire asks for a job at once while a round waits for demand. A granted
+slot left unused for ``sync_interval`` goes back to the fleet (and only new demand leases
+again); so does a slot a cancelled probe freed, at once, and every free slot of an
+endpoint this balancer's status now excludes.
+
+Any failure of the storage (an error, a timeout) makes every circuit unleased: each falls
+back to its own timers and probe slots, so no call fails because the storage is down. The
+next job that reaches the storage reads every record, leases the circuits again, and
+publishes what they did in the meantime.
+
+``max_ejection_percent`` still holds: a shared OPEN or HALF_OPEN is not mirrored into a
+CLOSED circuit when this balancer's pool has no ejection left (``declined``); the decision
+is retaken at every poll. Likewise an active health check that un-ejects a circuit here
+exempts this balancer from the shared episode until the fleet closes it or this
+balancer's own traffic trips it again (``held``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Generator
+from typing import cast
+
+import attrs
+
+from .._coordination._protocol import Changes, OpenWait, ProbeReport, Reply, SharedState
+from ._circuit import Cause, CircuitState, Transition
+from ._circuit_policy import CircuitPolicy
+from ._ejection import Escalation
+from ._fleet_actions import (
+    BeginHalfOpen,
+    Close,
+    FleetCounters,
+    FleetEvent,
+    JobCrashed,
+    LeaseProbe,
+    Operation,
+    Read,
+    ReadChanges,
+    RecordUnusable,
+    ReportProbe,
+    StorageLost,
+    StorageRegained,
+    TripOpen,
+)
+from ._pool import Pool
+from ._record import EndpointState, sat_add
+
+_C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
+_LOCAL_ONLY = frozenset({CircuitState.BLOCKED, CircuitState.RETIRED})
+_TRIP_RETRIES = 3
+_SHARED_CAUSES = frozenset({Cause.SHARED_OPEN, Cause.SHARED_HALF_OPEN, Cause.SHARED_CLOSED})
+
+
+class _Down(Exception):  # noqa: N818 - internal signal, never escapes
+    """The storage failed or timed out: fall back."""
+
+    def __init__(self, reason: str, error: BaseException) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+
+
+_Job = Generator[Operation, object, None]
+
+
+@attrs.define(eq=False)
+class _Link:
+    """What the core knows about one endpoint's shared record."""
+
+    view: SharedState | None = None
+    version: int = -1
+    epoch: int = -1
+    deadline: float | None = None
+    reported: int = 0
+    trip: Transition | None = None
+    held: bool = False
+    """A passing active check exempted this circuit from the shared episode until it closes."""
+    reopen: float | None = None
+    """The shared OPEN deadline, in this balancer's clock: when the next round begins."""
+    round: int = -1
+    """The shared version of the HALF_OPEN round the demand fields below belong to."""
+    refusals: int = 0
+    """The balancer's refused acquires already answered (a refusal after it is demand)."""
+    activity: int = 0
+    """This balancer's call count when it first saw the round (see ``FleetCore._activity``)."""
+    granted_at: float | None = None
+    """When the core last granted this circuit a leased slot."""
+    release: bool = False
+    """A probe ended (or was cancelled): hand free slots back at the next settle."""
+    problem: str | None = None
+    """The shared record is unusable (what is wrong): this circuit decides locally meanwhile."""
+
+
+class FleetCore:
+    """One balancer's fleet mirroring, sans I/O. See the module docstring.
+
+    Args:
+        pool: the balancer's pool (pure; the core applies adoptions, grants, revocations).
+        policy: the circuit policy.
+        rng: the balancer's seeded rng (jitter units for trips).
+        sync_interval: seconds between polls (and between retries while the storage is away).
+        full_poll_interval: seconds between full reads when polls are incremental.
+        probe_lease: the lease a half-open round's probes hold in the storage.
+        escalation: the shared circuit's open wait (the policy's, capped at ``max_open_wait``).
+        incremental: the storage keeps a change log (protocol 3): polls read only changes.
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        policy: CircuitPolicy,
+        rng: random.Random,
+        *,
+        sync_interval: float,
+        full_poll_interval: float,
+        probe_lease: float,
+        escalation: Escalation,
+        incremental: bool,
+    ) -> None:
+        self._pool = pool
+        self._policy = policy
+        self._rng = rng
+        self._sync_interval = sync_interval
+        self._full_poll_interval = full_poll_interval
+        self._probe_lease = probe_lease
+        self._escalation = escalation
+        self._incremental = incremental
+        self._background_timers = True
+        self.counters = FleetCounters()
+        self._links: dict[EndpointState, _Link] = {}
+        self._dirty: dict[EndpointState, None] = {}
+        self._new_members = True
+        self._connected = False
+        self._announced = False  # an outage was reported (the first failure, at start-up too)
+        self._started = False
+        self._next_poll = 0.0
+        self._sequence: int | None = None  # the change log's sequence at the last full read
+        self._next_full = 0.0
+        self._refused_at: float | None = None
+        self._refusals = 0
+        self._waiting = False  # a HALF_OPEN round waits for demand here: a refusal wants a job
+        self._wanted = False
+        self._timers_due = False
+        self._timers_ran: float | None = None  # when the last job with timers ran
+        self._job: _Job | None = None
+        self._operation: Operation | None = None
+        self._now = 0.0
+        self._events: list[FleetEvent] = []
+
+    # -- inputs from the hot path (synchronous, cheap) ------------------------------------
+
+    def moved(self, state: EndpointState, transition: Transition) -> None:
+        """A circuit moved: remember a trip's details and want a job."""
+        cause = transition.cause
+        if transition.target is _O and cause not in _SHARED_CAUSES:
+            link = self._link(state)
+            link.trip = transition
+            link.held = False
+        elif cause is Cause.HEALTH_CHECK_PASSED:
+            self._link(state).held = True
+        self._mark(state)
+
+    def probe_result(self, state: EndpointState) -> None:
+        """A probe reported without moving its circuit, or was cancelled: free its slot."""
+        self._link(state).release = True
+        self._mark(state)
+
+    def refused(self, now: float) -> None:
+        """An acquire found no eligible endpoint: demand, which a waiting round leases for."""
+        self._refused_at = now
+        self._refusals = sat_add(self._refusals)
+        if self._waiting:
+            self._waiting = False
+            self._wanted = True
+
+    def members_changed(self) -> None:
+        """Discovery changed the pool: read the newcomers' records soon."""
+        self._new_members = True
+        self._wanted = True
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """Whether the circuits currently follow the shared state."""
+        return self._connected
+
+    @property
+    def wanted(self) -> bool:
+        """An input or a timer asks for a job: the shell should call :meth:`start_wanted`."""
+        return self._wanted and self._job is None
+
+    @property
+    def busy(self) -> bool:
+        """A job is running (it waits for :attr:`operation`'s outcome)."""
+        return self._job is not None
+
+    @property
+    def operation(self) -> Operation | None:
+        """The storage operation the running job waits for, or None when no job runs."""
+        return self._operation
+
+    def mirrored_version(self, state: EndpointState) -> int:
+        """The shared record's version this endpoint's circuit mirrors (-1: none yet)."""
+        link = self._links.get(state)
+        return -1 if link is None else link.version
+
+    def events(self) -> list[FleetEvent]:
+        """Take the events the steps since the last call produced, oldest first."""
+        events, self._events = self._events, []
+        return events
+
+    # -- time -------------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`handle_timer` has something to do; None before :meth:`start`, or while a job runs or is wanted.
+
+        A deadline the last timed job could not act on (it is still due after it ran) is
+        retried at the next poll, so a due deadline never asks for the timer in a loop.
+        """
+        if not self._started or self._job is not None or self._wanted:
+            return None
+        wakeup = self._next_poll
+        if self._connected:
+            ran = self._timers_ran
+            interval = self._sync_interval
+            for state, link in self._links.items():
+                deadline = link.deadline
+                view = link.view
+                if (
+                    deadline is not None
+                    and deadline < wakeup
+                    and view is not None
+                    and view.state is not _C
+                    and state.circuit.epoch == link.epoch
+                    and (ran is None or deadline > ran)
+                ):
+                    wakeup = deadline
+                granted = link.granted_at
+                c = state.circuit
+                if granted is not None and c.state is _H and c.probe_limit > c.probes_in_flight:
+                    held_until = granted + interval
+                    if ran is None or held_until > ran:
+                        wakeup = min(wakeup, held_until)
+        return wakeup
+
+    def handle_timer(self, now: float) -> None:
+        """The timer fired: want a job with the timers if a deadline is due at ``now``."""
+        deadline = self.next_deadline()
+        if deadline is not None and now >= deadline:
+            self._timers_due = True
+            self._wanted = True
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def start(self, now: float, *, background_timers: bool = True) -> None:
+        """The balancer starts: forget any connection and run a sync with a full poll.
+
+        ``background_timers``: whether a job an input asks for also begins due rounds and
+        hands back held slots (False with an injected clock, where deadlines wait for
+        :meth:`handle_timer` or an explicit :meth:`begin`).
+        """
+        self._background_timers = background_timers
+        self._started = True
+        self._connected = False
+        self._announced = False
+        self._drop_job()
+        self.begin(now, poll=True)
+
+    def begin(self, now: float, *, poll: bool = False, timers: bool = True) -> bool:
+        """Start a sync job now; False if a job already runs.
+
+        ``poll`` forces a read of every record; ``timers=False`` leaves due deadlines and
+        held leases for later.
+        """
+        if self._job is not None:
+            return False
+        self._wanted = False
+        if timers:
+            self._timers_due = False
+        self._run(now, self._sync(poll=poll, timers=timers))
+        return True
+
+    def start_wanted(self, now: float) -> bool:
+        """Start the job that :attr:`wanted` asks for; False if none is wanted or one runs."""
+        if self._job is not None or not self._wanted:
+            return False
+        self._wanted = False
+        timers = self._background_timers or self._timers_due
+        self._timers_due = False
+        self._run(now, self._sync(poll=False, timers=timers))
+        return True
+
+    def begin_close(self, now: float) -> bool:
+        """Start the job that gives back the leases this balancer holds unused; False if none."""
+        if self._job is not None or not self._connected:
+            return False
+        self._run(now, self._close())
+        return True
+
+    def complete(self, now: float, result: object) -> None:
+        """The storage answered :attr:`operation` with ``result``: take the next step."""
+        self._advance(now, result, None)
+
+    def fail(self, now: float, reason: str, error: BaseException) -> None:
+        """:attr:`operation` failed (an error or a timeout): the job stops and the balancer falls back."""
+        self.counters.failures = sat_add(self.counters.failures)
+        self._advance(now, None, _Down(reason, error))
+
+    def crash(self, now: float, error: Exception) -> None:
+        """:attr:`operation` raised something no storage should: log it and fall back."""
+        self._drop_job()
+        self._crashed(now, error)
+
+    def abandon(self) -> None:
+        """The shell was cancelled while performing :attr:`operation`: drop the job."""
+        self._drop_job()
+
+    def _run(self, now: float, job: _Job) -> None:
+        self._job = job
+        self._advance(now, None, None)
+
+    def _advance(self, now: float, result: object, down: _Down | None) -> None:
+        job = self._job
+        if job is None:
+            return
+        self._now = now
+        self._operation = None
+        try:
+            operation = job.throw(down) if down is not None else job.send(result)
+        except StopIteration:
+            self._job = None
+            return
+        except _Down as exc:
+            self._job = None
+            self._fall_back(exc.reason, exc.error)
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug in a storage's reply or here: never take the balancer down
+            self._job = None
+            self._crashed(now, exc)
+            return
+        self.counters.operations = sat_add(self.counters.operations)
+        self._operation = operation
+
+    def _drop_job(self) -> None:
+        job, self._job, self._operation = self._job, None, None
+        if job is not None:
+            job.close()
+
+    def _crashed(self, now: float, error: Exception) -> None:
+        self._now = now
+        self._events.append(JobCrashed(error))
+        self._fall_back(repr(error), error)
+
+    # -- the sync -------------------------------------------------------------------------
+
+    def _sync(self, *, poll: bool, timers: bool) -> _Job:
+        if timers:
+            self._timers_ran = self._now
+        if not self._connected:
+            if not poll and self._now < self._next_poll:
+                return  # one attempt per sync_interval while the storage is away
+            yield from self._resync()
+        else:
+            yield from self._step(poll=poll or (timers and self._now >= self._next_poll), timers=timers)
+
+    def _step(self, *, poll: bool, timers: bool = True) -> _Job:
+        while self._dirty:
+            state = next(iter(self._dirty))
+            del self._dirty[state]
+            if state.live:
+                try:
+                    yield from self._settle(state)
+                except _Down:
+                    self._dirty[state] = None  # settle it after the resync
+                    raise
+        if poll or self._new_members:
+            yield from self._poll(everyone=poll)
+        yield from self._due(timers=timers)
+
+    def _resync(self) -> _Job:
+        members = list(self._pool.members.values())
+        sequence = yield from self._mark_sequence()
+        views = yield from self._read([s.id for s in members])
+        now = self._now
+        self._sequence = sequence
+        self._next_full = now + self._full_poll_interval
+        self._next_poll = now + self._sync_interval
+        self._new_members = False
+        self._connected = True
+        if self._announced:
+            self.counters.resyncs = sat_add(self.counters.resyncs)
+            self._events.append(StorageRegained(at=now))
+        self._announced = False
+        for state, view in zip(members, views, strict=True):
+            if state.live:
+                if view.problem is None:
+                    self._pool.set_leased(state, True, now)
+                self._receive(state, view, now)
+        yield from self._step(poll=False)
+
+    def _mark_sequence(self) -> Generator[Operation, object, int | None]:
+        """Before a full read: the change log's sequence now, so the next poll reads what follows."""
+        if not self._incremental:
+            return None
+        changes = yield from self._changes(-1)
+        return changes.sequence
+
+    def _poll(self, *, everyone: bool) -> _Job:
+        links = self._links
+        members = [s for s in self._pool.members.values() if everyone or s not in links]
+        self._new_members = False
+        sequence: int | None = None
+        if everyone:
+            now = self._now
+            self._next_poll = now + self._sync_interval
+            for gone in [s for s in links if not s.live]:
+                del links[gone]
+            since = self._sequence
+            if self._incremental and since is not None and now < self._next_full:
+                done = yield from self._poll_changes(since)
+                if done:
+                    return
+            sequence = yield from self._mark_sequence()
+            self._next_full = now + self._full_poll_interval
+        if not members:
+            self._sequence = sequence if everyone else self._sequence
+            return
+        epochs = [s.circuit.epoch for s in members]
+        views = yield from self._read([s.id for s in members])
+        if everyone:
+            self._sequence = sequence
+        now = self._now
+        for state, epoch, view in zip(members, epochs, views, strict=True):
+            self._take(state, epoch, view, now)
+
+    def _poll_changes(self, since: int) -> Generator[Operation, object, bool]:
+        """Read only what changed since the last poll; False if everything must be read instead."""
+        members = self._pool.members
+        fresh = [s for s in members.values() if s not in self._links]  # joined since: read them too
+        epochs = {s: s.circuit.epoch for s in members.values()}
+        answer = yield from self._changes(since)
+        if answer.states is None:
+            return False
+        self._sequence = answer.sequence
+        now = self._now
+        for endpoint_id, view in answer.states.items():
+            state = members.get(endpoint_id)
+            if state is not None and state not in fresh:
+                self._take(state, epochs[state], view, now)
+        if fresh:
+            views = yield from self._read([s.id for s in fresh])
+            now = self._now
+            for state, view in zip(fresh, views, strict=True):
+                self._take(state, epochs[state], view, now)
+        return True
+
+    def _take(self, state: EndpointState, epoch: int, view: SharedState, now: float) -> None:
+        """Take in a polled record, unless the circuit moved while it was read."""
+        if not state.live:
+            return
+        if not state.circuit.leased and view.problem is None and self._link(state).problem is None:
+            self._pool.set_leased(state, True, now)  # the pool gained it after the last resync
+        if state.circuit.epoch == epoch:
+            self._receive(state, view, now)
+        else:
+            self._mark(state)
+
+    def _due(self, *, timers: bool = True) -> _Job:
+        """Begin due rounds (``timers``), hand back unused slots (``timers``), lease for demand."""
+        policy = self._policy
+        self._waiting = False
+        activity: int | None = None
+        for state, link in list(self._links.items()):
+            view = link.view
+            c = state.circuit
+            if view is None or not state.live or c.epoch != link.epoch or view.state is _C:
+                continue
+            now = self._now
+            if timers and link.deadline is not None and now >= link.deadline:  # a round is due, or lapsed
+                epoch = c.epoch
+                reply = yield from self._reply(
+                    BeginHalfOpen(
+                        state.id,
+                        expected_version=view.version,
+                        permitted=policy.permitted_probes,
+                        lease=self._probe_lease,
+                    )
+                )
+                if not self._after(state, epoch, reply) or link.view is None:
+                    continue
+                view = link.view
+            if view.state is not _H or c.state is not _H or link.version != view.version:
+                continue
+            if link.round != view.version:  # the first sight of this round: demand counts from here
+                if activity is None:
+                    activity = self._activity()
+                link.round = view.version
+                start = link.reopen
+                if start is None:  # joined mid-round: its start, from when its leases lapse
+                    start = (link.deadline or now) - self._probe_lease
+                # a refusal since the shared deadline (before this balancer saw the round) counts
+                refused_at = self._refused_at
+                early = refused_at is not None and refused_at >= min(start, now)
+                link.refusals = self._refusals - 1 if early else self._refusals
+                link.activity = activity - _calls(state)
+                link.granted_at = None
+            link.reopen = None
+            excluded = self._pool.excluded(state) is not None
+            if c.probe_limit > c.probes_in_flight:  # a granted slot not in use
+                held = link.granted_at is None or now >= link.granted_at + self._sync_interval
+                if excluded or (timers and held):
+                    yield from self._hand_back(state, link)
+                    link.refusals = self._refusals  # only new demand leases again
+                    activity = self._activity()
+                    link.activity = activity - _calls(state)
+                continue
+            if excluded or view.probes_remaining <= 0:
+                continue
+            if self._refusals == link.refusals:
+                if activity is None:
+                    activity = self._activity()
+                if activity - _calls(state) == link.activity:  # no call went elsewhere either
+                    self._waiting = True  # no demand here yet: a refused acquire wants a job
+                    continue
+            epoch = c.epoch
+            reply = yield from self._reply(LeaseProbe(state.id, expected_version=view.version))
+            if c.epoch != epoch or not state.live:
+                if reply.applied:  # the circuit left the round meanwhile: give it back
+                    yield from self._reply(
+                        ReportProbe(state.id, expected_version=reply.state.version, report=ProbeReport.RELEASED)
+                    )
+                self._mark(state)
+                continue
+            self._receive(state, reply.state, self._now)
+            if reply.applied:
+                self.counters.leases = sat_add(self.counters.leases)
+                link.granted_at = now = self._now
+                self._pool.grant(state, 1)
+                link.refusals = self._refusals  # one lease per demand: another needs demand after this one
+                activity = self._activity()
+                link.activity = activity - _calls(state)
+
+    def _hand_back(self, state: EndpointState, link: _Link) -> _Job:
+        """Give this circuit's free leased slots back to the fleet's round."""
+        c = state.circuit
+        for _ in range(self._pool.revoke(state)):
+            epoch = c.epoch
+            reply = yield from self._reply(
+                ReportProbe(state.id, expected_version=link.version, report=ProbeReport.RELEASED)
+            )
+            self.counters.released = sat_add(self.counters.released)
+            if not self._after(state, epoch, reply):
+                return
+
+    def _activity(self) -> int:
+        """Calls this balancer started, ever (off the hot path, O(pool)).
+
+        Calls that went to other endpoints while a round waits are demand for it: they
+        could have gone to it. Its own calls (its probes) are not.
+        """
+        return sum(_calls(s) for s in self._pool.members.values())
+
+    def _settle(self, state: EndpointState) -> _Job:
+        link = self._link(state)
+        c = state.circuit
+        if c.state in _LOCAL_ONLY:
+            link.epoch = c.epoch
+            return
+        if c.epoch == link.epoch:
+            view = link.view
+            release, link.release = link.release, False
+            if view is not None and c.state is _H and view.state is _H:
+                if c.probe_successes > link.reported:
+                    yield from self._report(state, link)
+                if release and c.epoch == link.epoch and c.state is _H:
+                    yield from self._hand_back(state, link)  # a cancelled probe's slot: the fleet's again
+            return
+        if c.state is _C:
+            self._mirror(state)
+            return
+        yield from self._publish(state, link)
+
+    def _publish(self, state: EndpointState, link: _Link) -> _Job:
+        """Publish a circuit that opened (or is half-open) on its own."""
+        c = state.circuit
+        trip = link.trip if link.trip is not None and link.trip.epoch == c.epoch else None
+        from_probe = trip is not None and trip.source is _H
+        expected = link.view.version if link.view is not None else 0
+        for _ in range(_TRIP_RETRIES):
+            epoch = c.epoch
+            reply = yield from self._reply(TripOpen(state.id, expected_version=expected, wait=self._wait(trip)))
+            if c.epoch != epoch or not state.live:
+                self._mark(state)
+                return
+            shared = reply.state
+            if reply.applied:
+                self.counters.published = sat_add(self.counters.published)
+                self._receive(state, shared, self._now, publishing=True)
+                return
+            if shared.state is _C and not from_probe and shared.version != expected:
+                # Closed at a version this balancer had not seen (a round ended, or the
+                # storage lost its keys): this circuit's window still says trip.
+                expected = shared.version
+                continue
+            # Someone else opened it first, or a failed probe's round is over: the
+            # shared state wins, as a stale epoch's result would lose locally.
+            self._receive(state, shared, self._now, force=True)
+            return
+        self._mark(state)
+
+    def _report(self, state: EndpointState, link: _Link) -> _Job:
+        c = state.circuit
+        while c.probe_successes > link.reported:
+            epoch = c.epoch
+            reply = yield from self._reply(
+                ReportProbe(state.id, expected_version=link.version, report=ProbeReport.SUCCEEDED)
+            )
+            if not self._after(state, epoch, reply) or not reply.applied or c.epoch != epoch:
+                return
+            link.reported += 1
+            if reply.state.probes_completed >= self._policy.success_threshold:
+                reply = yield from self._reply(Close(state.id, expected_version=link.version))
+                self._after(state, epoch, reply)
+                return
+
+    def _close(self) -> _Job:
+        """At close: give back the leases this balancer holds and has not used (best effort)."""
+        for state, link in list(self._links.items()):
+            c = state.circuit
+            view = link.view
+            if view is None or view.state is not _H or c.state is not _H or c.epoch != link.epoch:
+                continue
+            for _ in range(c.probe_limit - c.probes_in_flight):
+                try:
+                    yield from self._reply(
+                        ReportProbe(state.id, expected_version=link.version, report=ProbeReport.RELEASED)
+                    )
+                except _Down:
+                    return
+
+    def _after(self, state: EndpointState, epoch: int, reply: Reply) -> bool:
+        """Take in a reply if the circuit did not move during the call; say whether it was taken."""
+        if state.circuit.epoch != epoch or not state.live:
+            self._mark(state)
+            return False
+        self._receive(state, reply.state, self._now)
+        return True
+
+    # -- typed operations ----------------------------------------------------------------
+
+    @staticmethod
+    def _read(keys: list[str]) -> Generator[Operation, object, list[SharedState]]:
+        views = yield Read(tuple(keys))
+        return cast("list[SharedState]", views)
+
+    @staticmethod
+    def _changes(since: int) -> Generator[Operation, object, Changes]:
+        answer = yield ReadChanges(since)
+        return cast("Changes", answer)
+
+    @staticmethod
+    def _reply(operation: Operation) -> Generator[Operation, object, Reply]:
+        reply = yield operation
+        return cast("Reply", reply)
+
+    # -- mirroring (synchronous) ----------------------------------------------------------
+
+    def _receive(
+        self,
+        state: EndpointState,
+        view: SharedState,
+        now: float,
+        *,
+        publishing: bool = False,
+        force: bool = False,
+    ) -> None:
+        link = self._link(state)
+        if view.problem is not None:
+            self._poison(state, link, view.problem, now)
+            return
+        if link.problem is not None:  # usable again (repaired, expired or rewritten): follow it
+            link.problem = None
+            link.version = -1
+            self._pool.set_leased(state, True, now)
+        link.view = view
+        link.deadline = None if view.reopen_at is None else now + view.remaining()
+        if view.state is _O:
+            link.reopen = link.deadline
+        c = state.circuit
+        if publishing and c.state is _O:
+            # Our own trip, accepted: same round, the storage's deadline.
+            link.version = view.version
+            link.epoch = c.epoch
+            if link.deadline is not None:
+                self._pool.retime(state, link.deadline)
+            return
+        if (force or publishing) and c.state not in _LOCAL_ONLY:
+            link.epoch = c.epoch
+        self._mirror(state)
+
+    def _poison(self, state: EndpointState, link: _Link, problem: str, now: float) -> None:
+        """An unusable record: this endpoint alone decides locally, reported once per episode."""
+        link.view = None
+        link.deadline = None
+        link.reopen = None
+        link.epoch = state.circuit.epoch
+        if state.circuit.leased:
+            self._pool.set_leased(state, False, now)
+        if link.problem is not None:
+            return
+        link.problem = problem
+        self.counters.poisoned = sat_add(self.counters.poisoned)
+        self._events.append(RecordUnusable(at=now, endpoint_id=state.id, problem=problem))
+
+    def _mirror(self, state: EndpointState) -> None:
+        link = self._link(state)
+        view = link.view
+        c = state.circuit
+        if view is None:
+            return
+        if c.state in _LOCAL_ONLY:
+            link.epoch = c.epoch
+            link.version = view.version
+            return
+        if c.epoch != link.epoch and c.state is not _C:
+            self._mark(state)  # ahead of the shared state: publish first
+            return
+        target = view.state
+        now = self._now
+        if target is _C:
+            link.held = False
+            if c.state is not _C:
+                self._adopt(state, link, _C, now)
+        elif c.state is _C and link.held:
+            pass  # an active check passed here: this balancer sits the episode out
+        elif c.state is _C and not self._pool.may_eject:
+            if link.version != view.version:
+                self.counters.declined = sat_add(self.counters.declined)
+        elif c.state is not target or link.version != view.version:
+            self._adopt(state, link, target, now)
+        elif target is _O and link.deadline is not None:
+            self._pool.retime(state, link.deadline)
+        link.version = view.version
+        link.epoch = c.epoch
+
+    def _adopt(self, state: EndpointState, link: _Link, target: CircuitState, now: float) -> None:
+        view = link.view
+        assert view is not None  # noqa: S101 - called from _mirror
+        level = 0 if target is _C else view.failed_rounds + 1
+        reopen_at = link.deadline if target is _O else None
+        self._pool.adopt(state, target, now, reopen_at=reopen_at, level=level)
+        link.reported = 0
+        self.counters.adopted = sat_add(self.counters.adopted)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _wait(self, trip: Transition | None) -> OpenWait:
+        escalation = self._escalation
+        minimum = 0.0
+        if trip is not None and trip.retry_after:
+            minimum = trip.retry_after
+            if trip.cause is Cause.RETRY_AFTER:  # the server's wait exactly, not escalated
+                escalation = Escalation(base=minimum, maximum=minimum, jitter=0.0)
+        return OpenWait(escalation=escalation, unit=self._rng.random(), minimum=minimum)
+
+    def _fall_back(self, reason: str, error: BaseException) -> None:
+        now = self._now
+        was_connected = self._connected
+        self._connected = False
+        self._sequence = None  # the next reads are full
+        self._next_poll = now + self._sync_interval
+        for state in self._pool.members.values():
+            self._pool.set_leased(state, False, now)
+        if was_connected:
+            self.counters.fallbacks = sat_add(self.counters.fallbacks)
+        if not self._announced:  # once per outage
+            self._announced = True
+            self._events.append(StorageLost(at=now, reason=reason, error=error))
+
+    def _link(self, state: EndpointState) -> _Link:
+        link = self._links.get(state)
+        if link is None:
+            link = self._links[state] = _Link()
+        return link
+
+    def _mark(self, state: EndpointState) -> None:
+        self._dirty[state] = None
+        self._wanted = True
+
+
+def _calls(state: EndpointState) -> int:
+    """Calls started on one endpoint, ever: finished ones plus those in flight."""
+    return state.successes + state.cancellations + state.stale + state.inflight + sum(state.faults)
