@@ -230,17 +230,18 @@ class LoadBalancer:
         self._budget = Budget(retry_budget)
         self._call_observers: tuple[CallObserver, ...] = ()
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
+        if self._health is not None:
+            self._health.on_change = self._telemetry.health_changed
+        self._timer = Timer()
         self._internals = BalancerInternals(
             clock=lambda: self._clock(),  # noqa: PLW0108 - __aenter__ rebinds self._clock
             budget=self._budget,
             classifier=classifier,
             log=self._telemetry.log,
             pool=self._pool,
+            timer=self._timer,
         )
         """The one internal interface contrib and the simulator use (see ``_internal.py``)."""
-        if self._health is not None:
-            self._health.on_change = self._telemetry.health_changed
-        self._timer = Timer()
         wake = self._timer.wake
         self._pool.on_armed = wake
         self._membership.wake = wake

@@ -28,6 +28,7 @@ from ._core._pool import Pool
 from ._core._retry import RetryLoop
 from ._faults import Classification, Fault
 from ._logs import LimitedLog
+from ._timer import Timer
 
 __all__ = ["BalancerInternals"]
 
@@ -40,19 +41,28 @@ class BalancerInternals:
         budget: the balancer's retry budget state, shared by every retrying caller.
         classifier: the balancer's ``classifier=``.
         log: the balancer's rate-limited log (a broken classifier is reported there).
-        pool: the balancer's pool (its size, its timers).
+        pool: the balancer's pool (its size).
+        timer: the balancer's one timer (:meth:`run_timers` fires it).
     """
 
-    __slots__ = ("_budget", "_classifier", "_clock", "_log", "_pool")
+    __slots__ = ("_budget", "_classifier", "_clock", "_log", "_pool", "_timer")
 
     def __init__(
-        self, *, clock: Callable[[], float], budget: Budget, classifier: Classifier, log: LimitedLog, pool: Pool
+        self,
+        *,
+        clock: Callable[[], float],
+        budget: Budget,
+        classifier: Classifier,
+        log: LimitedLog,
+        pool: Pool,
+        timer: Timer,
     ) -> None:
         self._clock = clock
         self._budget = budget
         self._classifier = classifier
         self._log = log
         self._pool = pool
+        self._timer = timer
 
     def now(self) -> float:
         """The balancer clock's reading."""
@@ -109,9 +119,9 @@ class BalancerInternals:
         return len(self._pool.members)
 
     def run_timers(self, now: float) -> None:
-        """Fire every timer due at ``now`` (open windows ending, outlier evaluations).
+        """Fire every timer due at ``now``: the balancer's one timer, the same step its task takes.
 
         For the simulator: it drives virtual time from a synchronous loop, so no timer
         task runs between its events; it fires them where it samples the pool.
         """
-        self._pool.handle_timer(now)
+        self._timer.fire(now)
