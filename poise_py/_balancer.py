@@ -24,7 +24,6 @@ from ._classify import Classifier, default_classifier
 from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
 from ._core._budget import Budget, RetryBudget
-from ._core._circuit import Transition
 from ._core._circuit_policy import CircuitPolicy
 from ._core._health_schedule import HealthCheck
 from ._core._pool import Pool
@@ -32,6 +31,7 @@ from ._core._record import EndpointState
 from ._core._routing import Panic, Routing
 from ._core._selection import Policy, PowerOfTwoChoices
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
+from ._dispatch import BalancerListener, PermitExit
 from ._endpoint import AdminStatus, check_duration
 from ._errors import (
     AlreadyRunning,
@@ -46,7 +46,7 @@ from ._errors import (
     SelectionError,
     WrongThread,
 )
-from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected, PanicEnded, PanicStarted
+from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected
 from ._faults import Classification, Fault
 from ._health_runner import HealthRunner
 from ._logs import LogLimit
@@ -187,23 +187,15 @@ class LoadBalancer:
         self._clock_arg = clock
         self._clock: Callable[[], float] = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
-        self._pool = Pool(
-            circuit,
-            policy,
-            self._rng,
-            routing=routing,
-            panic=panic,
-            on_transition=self._on_transition,
-            on_idle=self._on_idle,
-            on_panic=self._on_panic,
-            on_degraded=self._on_degraded,
-        )
-        self._pool.on_armed = self._wake_timer
+        self._drain_waiters: dict[EndpointState, anyio.Event] = {}
+        listener = BalancerListener(lambda: self._clock(), self._wake_timer, self._drain_waiters)
+        self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener)
+        self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed)
+        """What every permit reports its end to (its clock is set again by ``async with``)."""
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
             self._health = HealthRunner(health_check, self._pool, health_rng.random)
-        self._drain_waiters: dict[EndpointState, anyio.Event] = {}
         self._membership = Membership(
             self._pool,
             factory=endpoint_factory,
@@ -225,6 +217,8 @@ class LoadBalancer:
         self._call_observers: tuple[CallObserver, ...] = ()
         self._retries_denied = 0
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
+        listener.telemetry = self._telemetry
+        listener.membership = self._membership
         if self._health is not None:
             self._health.on_change = self._telemetry.health_changed
         self._coordinator: Coordinator | None = None
@@ -232,7 +226,7 @@ class LoadBalancer:
             self._coordinator = Coordinator(
                 coordination, self._pool, circuit, self._rng, on_fallback=self._coordination_fallback
             )
-            self._pool.on_probe_result = self._coordinator.probe_result
+            listener.coordinator = self._coordinator
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -240,6 +234,7 @@ class LoadBalancer:
         if self._running:
             raise AlreadyRunning("this LoadBalancer is already running")
         self._clock = self._clock_arg or _backend_clock()
+        self._exit.clock = self._clock
         self._thread = get_ident()
         self._cancelled = anyio.get_cancelled_exc_class()
         self._closed = False
@@ -332,8 +327,9 @@ class LoadBalancer:
             _check_exclude(exclude)
         if get_ident() != self._gate:  # one test: serving, and on the owner's thread
             self._refuse()
+        pool = self._pool
         try:
-            selected = self._pool.select(self._clock, key, exclude)
+            selected = pool.select(self._clock() if pool.clocked else 0.0, key, exclude)
         except SelectionError as exc:
             if self._coordinator is not None:
                 self._coordinator.refused(self._clock())  # demand: a waiting half-open round leases
@@ -345,8 +341,8 @@ class LoadBalancer:
             self._telemetry.selection_failed(exc, self._clock())
             raise
         if self._call_observers:
-            return ObservedPermit(self, selected, self._call_observers)
-        return Permit(self, selected)
+            return ObservedPermit(self._exit, selected, self._call_observers)
+        return Permit(self._exit, selected)
 
     def _refuse(self) -> None:
         """Why ``acquire`` cannot select now: not running, another thread, or failed closed."""
@@ -389,24 +385,6 @@ class LoadBalancer:
     def retries_denied(self) -> int:
         """Retries :meth:`call` skipped because the retry budget was spent."""
         return self._retries_denied
-
-    def _finish(self, permit: Permit, fault: Fault | None, retry_after: float | None) -> None:
-        now = self._clock()
-        self._pool.complete(
-            permit._state,
-            permit._ticket,
-            fault,
-            now,
-            latency=now - permit._started,
-            retry_after=retry_after,
-        )
-
-    def _finish_exc(self, permit: Permit, exc: BaseException) -> None:
-        verdict = self._exit_verdict(exc, permit._state.endpoint.id)
-        if verdict is None:
-            self._pool.cancel(permit._state, permit._ticket)
-            return
-        self._finish(permit, verdict[0], verdict[1])
 
     def _retry_deposit(self) -> None:
         """A logical request of a contrib transport begins: its first attempt is a budget deposit."""
@@ -513,13 +491,6 @@ class LoadBalancer:
             if waiter is None:
                 waiter = self._drain_waiters[state] = anyio.Event()
             await waiter.wait()
-
-    def _on_idle(self, state: EndpointState) -> None:
-        waiter = self._drain_waiters.pop(state, None)
-        if waiter is not None:
-            waiter.set()
-        if not state.live:
-            self._membership.idle(state)  # a removed endpoint's last permit: release its resource
 
     def statistics(self) -> BalancerStatistics:
         """Frozen counters: pool-wide totals (departed endpoints included) and per endpoint.
@@ -770,24 +741,10 @@ class LoadBalancer:
     def _coordination_fallback(self, at: float, error: BaseException, endpoint_id: str | None, storage: str) -> None:
         self._telemetry.emit(CoordinationFallback(at=at, endpoint_id=endpoint_id, error=error, storage=storage))
 
-    def _on_transition(self, state: EndpointState, transition: Transition) -> None:
-        if transition.reopen_at is not None and self._timer_wakeup is not None:
-            self._timer_wakeup.set()
-        if self._coordinator is not None:
-            self._coordinator.moved(state, transition)
-        self._telemetry.on_transition(state, transition)
-
     def _wake_timer(self) -> None:
+        """Wake the timer task (the pool's listener calls this for a new deadline)."""
         if self._timer_wakeup is not None:
             self._timer_wakeup.set()
-
-    def _on_degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
-        self._telemetry.degraded(state, degraded, self._clock())
-
-    def _on_panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
-        """A tier started or stopped panicking: PanicStarted / PanicEnded (logged by telemetry)."""
-        event = PanicStarted if started else PanicEnded
-        self._telemetry.emit(event(at=self._clock(), tier=tier, healthy_share=healthy_share))
 
 
 def _check_exclude(exclude: object) -> None:

@@ -200,7 +200,7 @@ class Telemetry:
     """Counters, events, logs and the no-eligible alert for one balancer.
 
     Args:
-        pool: the pool it observes (it hooks ``on_leave``).
+        pool: the pool it observes (the balancer's pool listener calls :meth:`left`).
         alert_after: seconds selections must keep failing before
             :class:`NoEligiblePersisting`; None disables the alert.
         log_limit: the per-key log rate limit.
@@ -208,7 +208,6 @@ class Telemetry:
 
     def __init__(self, pool: Pool, *, alert_after: float | None, log_limit: LogLimit) -> None:
         self._pool = pool
-        pool.on_leave = self._left
         self.log: LimitedLog = LimitedLog(log_limit)
         self.alert_after: float | None = alert_after
         self._observers: list[Observer] = []
@@ -534,8 +533,8 @@ class Telemetry:
 
     # -- counters ----------------------------------------------------------------------
 
-    def _left(self, state: EndpointState) -> None:
-        """The pool's ``on_leave`` hook: fold the counters once the last permit ends."""
+    def left(self, state: EndpointState) -> None:
+        """An endpoint left the pool (the pool listener's ``left``): fold the counters once the last permit ends."""
         lingering = self._lingering
         lingering.append(state)
         if len(lingering) >= self._prune_at:

@@ -12,15 +12,20 @@ endpoint's calls and failures of the interval.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
 from .._endpoint import check_duration
 from .._errors import ConfigError
+from .._faults import Fault
+
+if TYPE_CHECKING:
+    from ._record import EndpointState
 
 T = TypeVar("T")
+_CALLER = list(Fault).index(Fault.CALLER)
 
 
 @attrs.frozen(kw_only=True)
@@ -79,3 +84,33 @@ def success_rate_outliers(config: SuccessRateEjection, samples: Sequence[tuple[T
     below = [(rate, i) for i, (_, rate) in enumerate(judged) if rate < threshold]
     below.sort()
     return [judged[i][0] for _, i in below]
+
+
+class OutlierSampler:
+    """The pool's success-rate detection state: each endpoint's counters at the last evaluation.
+
+    Each evaluation reads every endpoint's calls and failures (every fault but CALLER)
+    from its counters, so the hot path pays nothing; only CLOSED circuits are judged.
+    """
+
+    __slots__ = ("_seen", "config")
+
+    def __init__(self, config: SuccessRateEjection) -> None:
+        self.config = config
+        self._seen: dict[EndpointState, tuple[int, int]] = {}
+
+    def outliers(self, members: Iterable[EndpointState]) -> list[EndpointState]:
+        """The outliers of the interval since the last call, worst first."""
+        seen = self._seen
+        fresh: dict[EndpointState, tuple[int, int]] = {}
+        samples: list[tuple[EndpointState, int, int]] = []
+        for state in members:
+            faults = state.faults
+            failures = sum(faults) - faults[_CALLER]
+            calls = state.successes + failures
+            fresh[state] = (calls, failures)
+            calls0, failures0 = seen.get(state, (0, 0))
+            if state.circuit.admit is not None:  # CLOSED
+                samples.append((state, calls - calls0, failures - failures0))
+        self._seen = fresh
+        return success_rate_outliers(self.config, samples)

@@ -312,7 +312,8 @@ class Engine:
             for index in range(self.fleet.instances):
                 lb = await stack.enter_async_context(self._balancer(index, storage))
                 pool = lb._pool
-                chained = pool.on_transition
+                listener = pool.listener
+                chained = listener.transition
 
                 def on_transition(
                     state: EndpointState,
@@ -323,7 +324,7 @@ class Engine:
                     self._observe(index, state, transition)
                     chained(state, transition)
 
-                pool.on_transition = on_transition
+                listener.transition = on_transition  # type: ignore[method-assign]
                 self._lbs.append(lb)
                 self._pools.append(pool)
             if self._publisher is not None:
