@@ -32,7 +32,7 @@ from ._core._routing import Panic, Routing
 from ._core._selection import Policy, PowerOfTwoChoices
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
 from ._dispatch import BalancerListener, PermitExit
-from ._endpoint import AdminStatus, check_duration
+from ._endpoint import AdminStatus
 from ._errors import (
     AlreadyRunning,
     ConfigError,
@@ -49,6 +49,7 @@ from ._errors import (
 from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected
 from ._faults import Classification, Fault
 from ._health_runner import HealthRunner
+from ._knobs import check_duration
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._permit import Permit
@@ -188,7 +189,7 @@ class LoadBalancer:
         self._clock: Callable[[], float] = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
         self._drain_waiters: dict[EndpointState, anyio.Event] = {}
-        listener = BalancerListener(lambda: self._clock(), self._wake_timer, self._drain_waiters)
+        listener = BalancerListener(self._now, self._wake_timer, self._drain_waiters)
         self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener)
         self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed)
         """What every permit reports its end to (its clock is set again by ``async with``)."""
@@ -740,6 +741,10 @@ class LoadBalancer:
 
     def _coordination_fallback(self, at: float, error: BaseException, endpoint_id: str | None, storage: str) -> None:
         self._telemetry.emit(CoordinationFallback(at=at, endpoint_id=endpoint_id, error=error, storage=storage))
+
+    def _now(self) -> float:
+        """The current clock reading (the clock is chosen again by ``async with``)."""
+        return self._clock()
 
     def _wake_timer(self) -> None:
         """Wake the timer task (the pool's listener calls this for a new deadline)."""

@@ -58,7 +58,9 @@ class PermitExit:
         """Record a success, reading the clock only if the circuit needs the time."""
         self.pool.succeed(state, ticket, self.clock() if state.circuit.clocked else 0.0, started)
 
-    def finish(self, state: EndpointState, ticket: Ticket, started: float, fault: Fault, retry_after: float | None) -> None:
+    def finish(
+        self, state: EndpointState, ticket: Ticket, started: float, fault: Fault, retry_after: float | None
+    ) -> None:
         """Record a fault of tier ``fault``."""
         now = self.clock()
         self.pool.complete(state, ticket, fault, now, latency=now - started, retry_after=retry_after)

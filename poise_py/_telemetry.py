@@ -55,6 +55,7 @@ from ._events import (
     PanicEnded,
     PanicStarted,
 )
+from ._knobs import check_count
 from ._logs import LimitedLog, LogLimit
 from ._snapshot import endpoint_counters
 from ._statistics import BalancerStatistics, PoolCounters
@@ -288,8 +289,7 @@ class Telemetry:
 
     def subscribe(self, buffer: int = DEFAULT_EVENT_BUFFER) -> EventStream:
         """A new :class:`EventStream` receiving every event from now on."""
-        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
-            raise ConfigError("buffer", f"must be an int >= 1, got {buffer!r}")
+        check_count("buffer", buffer)
         stream = EventStream(self, buffer)
         self._streams.add(stream)
         return stream

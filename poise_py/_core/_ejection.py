@@ -21,11 +21,14 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._endpoint import check_duration, check_share
 from .._errors import ConfigError
+from .._knobs import check_count, check_duration, check_number, check_share, optional
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ._circuit import Circuit
+    from ._circuit_policy import CircuitPolicy
     from ._record import EndpointState
 
 MAX_LEVEL = 2**64
@@ -73,12 +76,9 @@ class Escalation:
             raise ConfigError("Escalation.maximum", f"must be >= base ({self.base}), got {self.maximum}")
         if not isinstance(self.backoff, Backoff):
             raise ConfigError("Escalation.backoff", f"must be a Backoff, got {self.backoff!r}")
-        m = self.multiplier
-        if isinstance(m, bool) or not isinstance(m, int | float) or not (1.0 < m < math.inf):
-            raise ConfigError("Escalation.multiplier", f"must be a finite number > 1, got {m!r}")
+        check_number("Escalation.multiplier", self.multiplier, low=1.0, low_open=True)
         check_share("Escalation.jitter", self.jitter, high_open=True)
-        if self.decay_interval is not None:
-            check_duration("Escalation.decay_interval", self.decay_interval)
+        optional(check_duration, "Escalation.decay_interval", self.decay_interval)
 
     def window(self, level: int) -> float:
         """Return the un-jittered open window for escalation ``level`` (0 = first)."""
@@ -128,12 +128,9 @@ class HardCap:
     max_ejected_time: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        n = self.max_ejections
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ConfigError("HardCap.max_ejections", f"must be an int >= 1 or None, got {n!r}")
-        if self.max_ejected_time is not None:
-            check_duration("HardCap.max_ejected_time", self.max_ejected_time)
-        if n is None and self.max_ejected_time is None:
+        optional(check_count, "HardCap.max_ejections", self.max_ejections)
+        optional(check_duration, "HardCap.max_ejected_time", self.max_ejected_time)
+        if self.max_ejections is None and self.max_ejected_time is None:
             raise ConfigError("HardCap", "set max_ejections, max_ejected_time or both")
 
 
@@ -218,3 +215,36 @@ class EjectionGuard:
         """Count a trip the guard refused, if ``circuit``'s own tally moved from ``before``."""
         if circuit.suppressed_ejections != before:
             self.suppressed = min(self.suppressed + 1, _SATURATED)
+
+
+def rotation_answers(members: Iterable[EndpointState], state: EndpointState, now: float) -> bool:
+    """Whether the endpoints still in rotation vouch that ``state``'s fault is its own.
+
+    Asked only when ``max_ejection_percent`` has no room for ``state``'s trip. The
+    guard is there for a sick pool, where the endpoints still taking traffic fail
+    too; when every endpoint in rotation (healthy, not ejected, not degraded, not
+    ``state``) answered its latest call, and there is at least one, the pool is not
+    sick and the dying endpoint leaves. Stops at the first one that failed.
+    """
+    vouched = False
+    for other in members:
+        if other is state or other.pos < 0:
+            continue
+        if not other.circuit.answering(now):
+            return False
+        vouched = True
+    return vouched
+
+
+def rate_quorum(policy: CircuitPolicy, members: Iterable[EndpointState], now: float) -> bool:
+    """Whether ``minimum_hosts`` closed circuits have ``minimum_volume`` outcomes (stops early)."""
+    needed = policy.minimum_hosts
+    assert needed is not None  # noqa: S101 - only with minimum_hosts
+    volume = policy.minimum_volume
+    for state in members:
+        circuit = state.circuit
+        if circuit.admit is not None and circuit.window_counts(now)[0] >= volume:  # CLOSED, with the volume
+            needed -= 1
+            if not needed:
+                return True
+    return False

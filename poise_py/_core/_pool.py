@@ -26,39 +26,25 @@ from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, WeightOv
 from .._faults import Fault
 from ._circuit import Cause, Circuit, CircuitState, Ticket, Transition
 from ._circuit_policy import CircuitPolicy
-from ._ejection import EjectionGuard
+from ._ejection import EjectionGuard, rate_quorum, rotation_answers
 from ._listener import NullListener, PoolListener
 from ._outlier import OutlierSampler
-from ._record import FAULT_INDEX, SATURATED, EndpointState, count_selection, sat_add
-from ._routing import TRAFFIC_UNITS, Panic, PanicTicket, Router, Routing, Scope, decision
+from ._record import FAULT_INDEX, SATURATED, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
+from ._routing import TRAFFIC_UNITS, Panic, PanicTicket, Router, Routing, Scope, decision, pick_in
 from ._selection import Instant, Loads, PickFn, Policy
 
 Selection: TypeAlias = tuple[EndpointState, Ticket, float, Decision]
 """What :meth:`Pool.select` returns: the endpoint, its ticket, the time it was given, the decision."""
 
-_ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
-    AdminStatus.AUTO: None,
-    AdminStatus.FORCED_HEALTHY: None,
-    AdminStatus.DRAINING: IneligibleReason.DRAINING,
-    AdminStatus.DISABLED: IneligibleReason.DISABLED,
-    AdminStatus.FORCED_UNHEALTHY: IneligibleReason.UNHEALTHY,
-}
 _DRAINING = AdminStatus.DRAINING
 _DISABLED = AdminStatus.DISABLED
 _OPEN = CircuitState.OPEN
 _CLOSED = CircuitState.CLOSED
-_AUTO = AdminStatus.AUTO
 _BLOCKED = CircuitState.BLOCKED
 _RETIRED = CircuitState.RETIRED
 _HEALTHY = DecisionMode.HEALTHY
 _SPILLOVER = DecisionMode.SPILLOVER
 _PANIC = DecisionMode.PANIC
-
-
-def _gate(state: EndpointState) -> IneligibleReason | None:
-    """Readiness, then the operator's and active health's verdict; active health counts only under AUTO."""
-    admin = state.admin
-    return state.readiness or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
 
 
 class Pool:
@@ -134,7 +120,9 @@ class Pool:
         its next evaluation ``(at, seq, None, -1)``."""
         self._outliers = None if circuit.success_rate is None else OutlierSampler(circuit.success_rate)
         self._outlier_armed = False
-        self._quorum: Callable[[float], bool] | None = self._rate_quorum if circuit.minimum_hosts is not None else None
+        self._quorum: Callable[[float], bool] | None = (
+            None if circuit.minimum_hosts is None else functools.partial(rate_quorum, circuit, self.members.values())
+        )
         self._seq = 0
         self.guard = EjectionGuard(circuit.max_ejection_percent)
         """``max_ejection_percent``: the ejected count, the allowance and the degraded reserve."""
@@ -277,67 +265,24 @@ class Pool:
     ) -> tuple[EndpointState, Decision]:
         """Pick outside ``exclude``: in ``first`` if it can, else in the next scope by preference."""
         if first is not None:
-            state = self._pick_in(first, key, exclude)
+            state = pick_in(first, key, exclude, self._unit)
             if state is not None:
                 count_selection(state, choice.mode)
                 return state, choice
         for scope, fallback in self.router.fallback:
             if scope is not first and scope.candidates:
-                state = self._pick_in(scope, key, exclude)
+                state = pick_in(scope, key, exclude, self._unit)
                 if state is not None:
                     count_selection(state, fallback.mode)
                     return state, fallback
         raise self._no_eligible(exclude)
 
-    def _pick_in(self, scope: Scope, key: Hashable | None, exclude: Collection[str]) -> EndpointState | None:
-        candidates = scope.candidates
-        picker = scope.picker
-        native = getattr(picker, "pick_excluding", None)
-        if native is not None:
-            found: EndpointState | None = native(candidates, scope.view, key, exclude)
-            return found
-        pick = picker.pick
-        view = scope.view
-        for _ in range(2 * len(exclude) + 2):
-            state = pick(candidates, view, key)
-            if state.endpoint.id not in exclude:
-                return state
-        rest = [s for s in candidates if s.endpoint.id not in exclude]
-        if not rest:
-            return None
-        # Rare: the policy kept drawing excluded endpoints. Weighted random over the rest.
-        target = int(self._unit() * sum(s.endpoint.weight for s in rest))
-        for state in rest:
-            target -= state.endpoint.weight
-            if target < 0:
-                return state
-        return rest[-1]
-
     def _no_eligible(self, exclude: Collection[str], *, refused: int | None = None) -> EmptyPool | NoEligibleEndpoints:
-        if not self.members:
-            return EmptyPool("discovery has not delivered any endpoint yet")
-        reasons = dict.fromkeys(IneligibleReason, 0)
-        retry_after: float | None = None
-        for state in self.members.values():
-            reason = self.refusal(state)
-            if reason is IneligibleReason.OPEN and _gate(state) is None:
-                # Nothing else keeps it out: it takes a probe once its open window ends.
-                reopen_at = state.circuit.reopen_at
-                if reopen_at is not None and (retry_after is None or reopen_at < retry_after):
-                    retry_after = reopen_at
-            if reason is None:
-                if state.endpoint.id in exclude:
-                    reason = IneligibleReason.EXCLUDED
-                elif state.endpoint.tier == refused:
-                    reason = IneligibleReason.PANIC
-                else:
-                    reason = IneligibleReason.SCOPE
-            reasons[reason] += 1
-        return NoEligibleEndpoints(reasons, len(self.members), retry_after=retry_after)
+        return no_eligible(self.members.values(), exclude, refused)
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
         """Why ``state`` may not take a permit now, or None if it may."""
-        return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal() or _gate(state)
+        return refusal(state)
 
     # -- completion --------------------------------------------------------------------
 
@@ -416,7 +361,7 @@ class Pool:
             retry_after=retry_after,
             may_eject=may_eject,
             quorum=self._quorum,
-            vouch=None if may_eject else functools.partial(self._rotation_answers, state, now),
+            vouch=None if may_eject else functools.partial(rotation_answers, self.members.values(), state, now),
         )
         guard.count_suppressed(before, circuit)
         if transition is not None:
@@ -544,7 +489,7 @@ class Pool:
 
     def excluded(self, state: EndpointState) -> IneligibleReason | None:
         """Why readiness, active health or the operator's status keeps ``state`` out, or None."""
-        return _gate(state)
+        return gate(state)
 
     def set_leased(self, state: EndpointState, leased: bool, now: float) -> None:  # noqa: FBT001
         """Enter or leave leased mode; leaving it re-arms the circuit's own OPEN timer."""
@@ -603,38 +548,6 @@ class Pool:
                 self._sync(state)
         self._schedule_outliers(now)
 
-    def _rotation_answers(self, state: EndpointState, now: float) -> bool:
-        """Whether the endpoints still in rotation vouch that ``state``'s fault is its own.
-
-        Asked only when ``max_ejection_percent`` has no room for ``state``'s trip. The
-        guard is there for a sick pool, where the endpoints still taking traffic fail
-        too; when every endpoint in rotation (healthy, not ejected, not degraded, not
-        ``state``) answered its latest call, and there is at least one, the pool is not
-        sick and the dying endpoint leaves. Stops at the first one that failed.
-        """
-        vouched = False
-        for other in self.members.values():
-            if other is state or other.pos < 0:
-                continue
-            if not other.circuit.answering(now):
-                return False
-            vouched = True
-        return vouched
-
-    def _rate_quorum(self, now: float) -> bool:
-        """Whether ``minimum_hosts`` closed circuits have ``minimum_volume`` outcomes (stops early)."""
-        policy = self.circuit_policy
-        needed = policy.minimum_hosts
-        assert needed is not None  # noqa: S101 - only with minimum_hosts
-        volume = policy.minimum_volume
-        for state in self.members.values():
-            circuit = state.circuit
-            if circuit.state is _CLOSED and circuit.window_counts(now)[0] >= volume:
-                needed -= 1
-                if not needed:
-                    return True
-        return False
-
     def _promote(self, now: float) -> None:
         """While the guard has room, eject degraded endpoints, longest degraded first."""
         guard = self.guard
@@ -665,7 +578,7 @@ class Pool:
         if counted != state.counted:
             state.counted = counted
             home.capacity += 1 if counted else -1
-        available = circuit.accepting and _gate(state) is None
+        available = circuit.accepting and gate(state) is None
         reserve = available and degraded
         if reserve != (state.dpos >= 0):
             if reserve:

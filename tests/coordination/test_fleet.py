@@ -375,7 +375,9 @@ async def test_protocol_1_and_protocol_2_balancers_share_a_fleet_predictably(fle
             await fleet.advance(wait)
             await fleet.sync(lb)  # this one begins the round
             await fleet.sync(old if lb is new else new)
-            ((issuer, probe),) = await grab_issued_probes(fleet, [lb, old if lb is new else new])  # and has demand first
+            ((issuer, probe),) = await grab_issued_probes(
+                fleet, [lb, old if lb is new else new]
+            )  # and has demand first
             assert issuer is lb
             probe.fail(Fault.SUSPECT)
             await fleet.sync(lb)

@@ -21,7 +21,7 @@ from poise_py._core._record import EndpointState
 from poise_py._core._selection import TotalingLoads
 from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
 from tests.support.clocks import FakeClock
-from tests.support.routing import eject, make_pool, run, shares, zero
+from tests.support.routing import eject, make_pool, run, shares
 
 WEIGHTS = {"a": 1, "b": 2, "c": 3, "d": 4}
 WEIGHTED = [poise.Endpoint(i, weight=w) for i, w in WEIGHTS.items()]

@@ -11,7 +11,7 @@ from poise_py import AdminStatus, CircuitState, DecisionMode, IneligibleReason, 
 from poise_py._core._record import MODE_INDEX
 from poise_py._core._routing import TRAFFIC_UNITS, PanicTicket, distribute, health
 from tests.support.clocks import FakeClock
-from tests.support.routing import decisions, eject, make_pool, run, shares, tiered, zero
+from tests.support.routing import decisions, eject, make_pool, run, shares, tiered
 
 HEALTHY, SPILLOVER, PANIC = DecisionMode.HEALTHY, DecisionMode.SPILLOVER, DecisionMode.PANIC
 ENVOY = (7, 5)  # the overprovisioning factor 1.4 as a ratio

@@ -18,7 +18,7 @@ from poise_py._core._circuit import Cause
 from poise_py._core._pool import Pool
 from poise_py._core._routing import TRAFFIC_UNITS
 from tests.support.clocks import FakeClock, static_lb
-from tests.support.routing import make_pool, tiered, zero
+from tests.support.routing import make_pool, tiered
 
 DEGRADED, HEALTHY, SPILLOVER = DecisionMode.DEGRADED, DecisionMode.HEALTHY, DecisionMode.SPILLOVER
 

@@ -7,8 +7,8 @@ import random
 from collections.abc import Callable, Hashable, Iterable
 
 import poise_py as poise
-from poise_py._core._pool import Pool
 from poise_py._core._listener import NullListener
+from poise_py._core._pool import Pool
 from poise_py._core._routing import PanicHook
 
 EJECT_ALL = poise.CircuitPolicy(max_ejection_percent=1.0)
