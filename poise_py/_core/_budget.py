@@ -1,4 +1,4 @@
-"""A retry budget (Finagle style): retries may add a fraction of recent traffic, plus a floor.
+"""A retry budget (Finagle style, pure core): retries may add a fraction of recent traffic, plus a floor.
 
 Over the last ``ttl`` seconds (in ``buckets`` slices) the budget counts first attempts
 (deposits) and retries (withdrawals). A retry is allowed while

@@ -1,4 +1,4 @@
-"""The passive breaker's knobs, validated once at construction."""
+"""The passive breaker's knobs (pure core): ``CircuitPolicy``, validated once at construction with ``_knobs``."""
 
 from __future__ import annotations
 

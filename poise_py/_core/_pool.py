@@ -1,15 +1,21 @@
-"""The pool: membership, eligibility and the ejection guard, as pure bookkeeping.
+"""The pool (pure core): membership, eligibility and routing state, as bookkeeping.
 
 The pool keeps, per routing scope (a tier, or one zone side of it: see ``_routing``),
 the list of the endpoints that may take a permit right now (CLOSED, or HALF_OPEN with a
-free probe slot, ready, and allowed by the operator and by active health). The lists are updated in O(1) whenever a
-circuit moves or a probe slot is taken or released, so a pick never scans the pool, and
-the router's plan is recomputed in O(tiers) after each such change. When the plan sends
-all traffic to one scope as HEALTHY (the single-tier pool, or a healthy first tier),
-:meth:`Pool.select` picks from it directly; otherwise it draws the scope first. OPEN
-circuits wait in a heap of deadlines; :meth:`Pool.handle_timer` (called by the shell's
-timer, and lazily by :meth:`Pool.select`) moves the due ones to HALF_OPEN. Ineligibility
-reasons are counted only when a selection fails.
+free probe slot, ready, and allowed by the operator and by active health). The lists are
+updated in O(1) whenever a circuit moves or a probe slot is taken or released, so a pick
+never scans the pool, and the router's plan is recomputed in O(tiers) after each such
+change. When the plan sends all traffic to one scope as HEALTHY (the single-tier pool, or
+a healthy first tier), :meth:`Pool.select` picks from it directly; otherwise it draws the
+scope first. Ineligibility reasons are counted only when a selection fails.
+
+Time comes in as ``now`` and deadlines go out: OPEN circuits (and the success-rate
+evaluation) wait in a heap that :meth:`Pool.next_deadline` reports and
+:meth:`Pool.handle_timer` (the shell's timer, and lazily :meth:`Pool.select`) runs. So the
+shell may skip its clock read on the hot path, :attr:`Pool.clocked` and
+``Circuit.clocked`` say when ``select`` and ``succeed`` need a real ``now``.
+Everything the shell must hear goes to one :class:`~poise_py._core._listener.PoolListener`;
+the ``max_ejection_percent`` bookkeeping is the :class:`~poise_py._core._ejection.EjectionGuard`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Outcome windows that forget.
+"""Outcome windows that forget (pure core: ``now`` comes in, nothing is read).
 
 A window holds the recent outcomes of one endpoint's calls in the CLOSED state and
 answers three questions: how many (the volume), how many failed, how many were slow.
