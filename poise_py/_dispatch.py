@@ -35,12 +35,15 @@ class PermitExit:
 
     Attributes:
         pool: the pool the permits were selected from.
+        succeed: the pool's ``succeed(state, ticket, now, started)``; a permit passes 0.0
+            as ``now`` without reading the clock when ``state.circuit.clocked`` is False
+            (the hot path: one call, and one clock read only when the success needs it).
         clock: the balancer's clock (set again when the balancer starts on a backend).
         verdict: the balancer's classification of an exception that left a permit block.
         observer_failed: logs a call observer that raised.
     """
 
-    __slots__ = ("clock", "observer_failed", "pool", "verdict")
+    __slots__ = ("clock", "observer_failed", "pool", "succeed", "verdict")
 
     def __init__(
         self,
@@ -50,13 +53,10 @@ class PermitExit:
         observer_failed: Callable[[object, Exception], None],
     ) -> None:
         self.pool = pool
+        self.succeed = pool.succeed
         self.clock = clock
         self.verdict = verdict
         self.observer_failed = observer_failed
-
-    def succeed(self, state: EndpointState, ticket: Ticket, started: float) -> None:
-        """Record a success, reading the clock only if the circuit needs the time."""
-        self.pool.succeed(state, ticket, self.clock() if state.circuit.clocked else 0.0, started)
 
     def finish(
         self, state: EndpointState, ticket: Ticket, started: float, fault: Fault, retry_after: float | None

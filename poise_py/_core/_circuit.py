@@ -387,14 +387,14 @@ class Circuit:
             return IneligibleReason.PROBES_TAKEN
         return IneligibleReason.PERMANENT if state is _B else IneligibleReason.RETIRED
 
-    def record_success(self, ticket: Ticket, now: float, latency: float) -> bool:
+    def record_success(self, ticket: Ticket, now: float, started: float) -> bool:
         """Record a success on the CLOSED fast path; False if it needs :meth:`record`.
 
         The hot path of every call: True when ``ticket`` is this CLOSED epoch's and the
         success was counted in place (no move can follow a success in time). False,
         changing nothing, for a probe, a stale ticket, a slow success, a degraded circuit
         or a latency-measuring pool: the caller then records it with :meth:`record`.
-        ``now`` and ``latency`` are read only when :attr:`clocked` is True.
+        ``now`` and ``started`` (when the call began) are read only when :attr:`clocked` is True.
         """
         if ticket is not self.admit:
             return False
@@ -408,7 +408,7 @@ class Circuit:
             else:
                 window.add(0, now)
             return True
-        if latency < slow_limit:  # a success in time: no trip can follow
+        if now - started < slow_limit:  # a success in time: no trip can follow
             self._consecutive = 0
             self._add(0, now)
             return True

@@ -307,7 +307,7 @@ class Pool:
         n = state.successes
         state.successes = n + 1 if n < SATURATED else n
         # The hot path of every call: a CLOSED circuit records it in place.
-        if not (state.live and state.circuit.record_success(ticket, now, now - started)):
+        if not (state.live and state.circuit.record_success(ticket, now, started)):
             self._record(state, ticket, None, now, latency=now - started, retry_after=None)
 
     def complete(
