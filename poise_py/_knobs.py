@@ -90,8 +90,8 @@ def check_number(
     return v
 
 
-def check_count(knob: str, value: int, *, minimum: int = 1, maximum: int | None = None) -> int:
-    """An int (not a bool) >= ``minimum``, and <= ``maximum`` if given."""
+def check_count(knob: str, value: int, *, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
+    """An int (not a bool) >= ``minimum``, and <= ``maximum`` if given; ``why`` explains the bound."""
     if (
         not isinstance(value, int)
         or isinstance(value, bool)
@@ -99,7 +99,7 @@ def check_count(knob: str, value: int, *, minimum: int = 1, maximum: int | None 
         or (maximum is not None and value > maximum)
     ):
         span = f">= {minimum}" if maximum is None else f"in [{minimum}, {_power(maximum)}]"
-        raise ConfigError(knob, f"must be an int {span}, got {value!r}")
+        raise ConfigError(knob, f"must be an int {span}{f' ({why})' if why else ''}, got {value!r}")
     return value
 
 

@@ -79,9 +79,12 @@ class CircuitPolicy:
 
     def __attrs_post_init__(self) -> None:
         optional(check_count, "CircuitPolicy.consecutive_failures", self.consecutive_failures)
-        # One TRANSIENT fault never ejects: a run is at least two.
         optional(
-            check_count, "CircuitPolicy.consecutive_transient_failures", self.consecutive_transient_failures, minimum=2
+            check_count,
+            "CircuitPolicy.consecutive_transient_failures",
+            self.consecutive_transient_failures,
+            minimum=2,
+            why="one TRANSIENT fault never ejects",
         )
         optional(check_share, "CircuitPolicy.failure_rate", self.failure_rate, low_open=True)
         optional(check_count, "CircuitPolicy.minimum_hosts", self.minimum_hosts)

@@ -287,7 +287,7 @@ class FileDiscovery:
             raise ConfigError("format", f"must be 'json' or 'toml', got {fmt!r}")
         if on_error is not None and not callable(on_error):
             raise ConfigError("on_error", f"must be callable, got {on_error!r}")
-        check_count("max_bytes", max_bytes)
+        check_count("max_bytes", max_bytes, why="bytes")
         self.format = fmt
         self.max_bytes = max_bytes
         self._on_error = on_error
