@@ -49,7 +49,7 @@ def test_every_core_module_imports_with_anyio_trio_asyncio_and_sniffio_blocked()
     modules = ["poise_py._core"] + [f"poise_py._core.{m.name}" for m in pkgutil.iter_modules([str(_CORE)])]
     assert len(modules) > 10
     done = subprocess.run(  # noqa: S603 - our own interpreter and script
-        [sys.executable, "-I", "-c", _SCRIPT, str(_PACKAGE), *modules],
+        [sys.executable, "-I", "-B", "-c", _SCRIPT, str(_PACKAGE), *modules],
         capture_output=True,
         text=True,
         check=False,
