@@ -399,20 +399,16 @@ class Circuit:
         if ticket is not self.admit:
             return False
         slow_limit = self._slow_limit
-        if slow_limit is None:
-            self._consecutive = 0
-            window = self._window
-            if window is None:
-                if self._volume < self._volume_cap:
-                    self._volume += 1
-            else:
-                window.add(0, now)
-            return True
-        if now - started < slow_limit:  # a success in time: no trip can follow
-            self._consecutive = 0
-            self._add(0, now)
-            return True
-        return False
+        if slow_limit is not None and now - started >= slow_limit:
+            return False  # slow (or every success timed): the long way, which may trip
+        self._consecutive = 0  # a success in time: no trip can follow
+        window = self._window
+        if window is None:
+            if self._volume < self._volume_cap:
+                self._volume += 1
+        else:
+            window.add(0, now)
+        return True
 
     def time_every_success(self) -> None:
         """Send every success through :meth:`record` (a pool whose policy measures latency)."""
