@@ -32,17 +32,13 @@ POLICIES = {
 }
 
 
-def zero() -> float:
-    return 0.0
-
-
 def main(size: int, calls: int, policy: str) -> None:
     pool = Pool(poise.CircuitPolicy(), POLICIES[policy](), random.Random(1))
     pool.apply(0.0, added=[poise.Endpoint(f"e{i}", weight=1 + i % 4) for i in range(size)])
     select, succeed = pool.select, pool.succeed
     for _ in range(calls):
-        state, ticket, now, _ = select(zero)
-        succeed(state, ticket, zero, now)
+        state, ticket, now, _ = select(0.0)
+        succeed(state, ticket, 0.0, now)
 
 
 if __name__ == "__main__":

@@ -33,15 +33,11 @@ SIZES = (10, 1_000, 100_000)
 KEYS = [f"user-{i}" for i in range(4096)]
 
 
-def zero() -> float:
-    return 0.0
-
-
 def make_pool(policy: poise.Policy, size: int, *, equal: bool) -> Pool:
     pool = Pool(poise.CircuitPolicy(), policy, random.Random(1))
     pool.apply(0.0, added=[poise.Endpoint(f"e{i}", weight=1 if equal else 1 + i % 4) for i in range(size)])
-    state, ticket, now, _ = pool.select(zero, KEYS[0])  # builds lazy structures (Maglev)
-    pool.succeed(state, ticket, zero, now)
+    state, ticket, now, _ = pool.select(0.0, KEYS[0])  # builds lazy structures (Maglev)
+    pool.succeed(state, ticket, 0.0, now)
     return pool
 
 
@@ -84,8 +80,8 @@ def call_loop(pool: Pool) -> Callable[[int], None]:
 
     def body(n: int) -> None:
         for i in range(n):
-            state, ticket, now, _ = select(zero, keys[i & 4095])
-            succeed(state, ticket, zero, now)
+            state, ticket, now, _ = select(0.0, keys[i & 4095])
+            succeed(state, ticket, 0.0, now)
 
     return body
 

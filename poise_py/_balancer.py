@@ -29,7 +29,6 @@ from ._classify import Classifier, default_classifier
 from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
 from ._core._budget import Budget, RetryBudget
-from ._core._circuit import Transition
 from ._core._circuit_policy import CircuitPolicy
 from ._core._health_schedule import HealthCheck
 from ._core._pool import Pool
@@ -37,7 +36,8 @@ from ._core._record import EndpointState
 from ._core._routing import Panic, Routing
 from ._core._selection import Policy, PowerOfTwoChoices
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
-from ._endpoint import AdminStatus, check_duration
+from ._dispatch import BalancerListener, PermitExit
+from ._endpoint import AdminStatus
 from ._errors import (
     AlreadyRunning,
     ConfigError,
@@ -51,10 +51,11 @@ from ._errors import (
     SelectionError,
     WrongThread,
 )
-from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected, PanicEnded, PanicStarted
+from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected
 from ._faults import Fault
 from ._health_runner import HealthRunner
 from ._internal import BalancerInternals
+from ._knobs import check_duration
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._permit import Permit
@@ -195,22 +196,16 @@ class LoadBalancer:
         self._clock_arg = clock
         self._clock: Callable[[], float] = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
-        self._pool = Pool(
-            circuit,
-            policy,
-            self._rng,
-            routing=routing,
-            panic=panic,
-            on_transition=self._on_transition,
-            on_idle=self._on_idle,
-            on_panic=self._on_panic,
-            on_degraded=self._on_degraded,
-        )
+        self._drain_waiters: dict[EndpointState, anyio.Event] = {}
+        self._timer = Timer()
+        listener = BalancerListener(self._now, self._timer.wake, self._drain_waiters)
+        self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener)
+        self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed)
+        """What every permit reports its end to (its clock is set again by ``async with``)."""
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
             self._health = HealthRunner(health_check, self._pool, health_rng.random)
-        self._drain_waiters: dict[EndpointState, anyio.Event] = {}
         self._membership = Membership(
             self._pool,
             factory=endpoint_factory,
@@ -230,9 +225,10 @@ class LoadBalancer:
         self._budget = Budget(retry_budget)
         self._call_observers: tuple[CallObserver, ...] = ()
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
+        listener.telemetry = self._telemetry
+        listener.membership = self._membership
         if self._health is not None:
             self._health.on_change = self._telemetry.health_changed
-        self._timer = Timer()
         self._internals = BalancerInternals(
             clock=lambda: self._clock(),  # noqa: PLW0108 - __aenter__ rebinds self._clock
             budget=self._budget,
@@ -243,7 +239,6 @@ class LoadBalancer:
         )
         """The one internal interface contrib and the simulator use (see ``_internal.py``)."""
         wake = self._timer.wake
-        self._pool.on_armed = wake
         self._membership.wake = wake
         self._telemetry.wake = wake
         if self._health is not None:
@@ -253,7 +248,7 @@ class LoadBalancer:
             self._coordinator = Coordinator(
                 coordination, self._pool, circuit, self._rng, on_fallback=self._coordination_fallback
             )
-            self._pool.on_probe_result = self._coordinator.probe_result
+            listener.coordinator = self._coordinator
         # The one timer's clients (see poise_py._timer): another client is one more entry.
         parts: tuple[TimerClient | None, ...] = (
             self._pool,
@@ -270,6 +265,7 @@ class LoadBalancer:
         if self._running:
             raise AlreadyRunning("this LoadBalancer is already running")
         self._clock = self._clock_arg or _backend_clock()
+        self._exit.clock = self._clock
         self._thread = get_ident()
         self._cancelled = anyio.get_cancelled_exc_class()
         self._closed = False
@@ -361,8 +357,9 @@ class LoadBalancer:
             _check_exclude(exclude)
         if get_ident() != self._gate:  # one test: serving, and on the owner's thread
             self._refuse()
+        pool = self._pool
         try:
-            selected = self._pool.select(self._clock, key, exclude)
+            selected = pool.select(self._clock() if pool.clocked else 0.0, key, exclude)
         except SelectionError as exc:
             if self._coordinator is not None:
                 self._coordinator.refused(self._clock())  # demand: a waiting half-open round leases
@@ -374,8 +371,8 @@ class LoadBalancer:
             self._telemetry.selection_failed(exc, self._clock())
             raise
         if self._call_observers:
-            return ObservedPermit(self, selected, self._call_observers)
-        return Permit(self, selected)
+            return ObservedPermit(self._exit, selected, self._call_observers)
+        return Permit(self._exit, selected)
 
     def _refuse(self) -> None:
         """Why ``acquire`` cannot select now: not running, another thread, or failed closed."""
@@ -418,24 +415,6 @@ class LoadBalancer:
     def retries_denied(self) -> int:
         """Retries :meth:`call` skipped because the retry budget was spent."""
         return self._budget.denied
-
-    def _finish(self, permit: Permit, fault: Fault | None, retry_after: float | None) -> None:
-        now = self._clock()
-        self._pool.complete(
-            permit._state,
-            permit._ticket,
-            fault,
-            now,
-            latency=now - permit._started,
-            retry_after=retry_after,
-        )
-
-    def _finish_exc(self, permit: Permit, exc: BaseException) -> None:
-        verdict = self._exit_verdict(exc, permit._state.endpoint.id)
-        if verdict is None:
-            self._pool.cancel(permit._state, permit._ticket)
-            return
-        self._finish(permit, verdict[0], verdict[1])
 
     def _exit_verdict(self, exc: BaseException, endpoint_id: str) -> tuple[Fault, float | None] | None:
         """How a permit block left by ``exc`` is recorded: (fault, retry_after), or None to cancel."""
@@ -498,13 +477,6 @@ class LoadBalancer:
             if waiter is None:
                 waiter = self._drain_waiters[state] = anyio.Event()
             await waiter.wait()
-
-    def _on_idle(self, state: EndpointState) -> None:
-        waiter = self._drain_waiters.pop(state, None)
-        if waiter is not None:
-            waiter.set()
-        if not state.live:
-            self._membership.idle(state)  # a removed endpoint's last permit: release its resource
 
     def statistics(self) -> BalancerStatistics:
         """Frozen counters: pool-wide totals (departed endpoints included) and per endpoint.
@@ -700,20 +672,9 @@ class LoadBalancer:
     def _coordination_fallback(self, at: float, error: BaseException, endpoint_id: str | None, storage: str) -> None:
         self._telemetry.emit(CoordinationFallback(at=at, endpoint_id=endpoint_id, error=error, storage=storage))
 
-    def _on_transition(self, state: EndpointState, transition: Transition) -> None:
-        if transition.reopen_at is not None:
-            self._timer.wake()
-        if self._coordinator is not None:
-            self._coordinator.moved(state, transition)
-        self._telemetry.on_transition(state, transition)
-
-    def _on_degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
-        self._telemetry.degraded(state, degraded, self._clock())
-
-    def _on_panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
-        """A tier started or stopped panicking: PanicStarted / PanicEnded (logged by telemetry)."""
-        event = PanicStarted if started else PanicEnded
-        self._telemetry.emit(event(at=self._clock(), tier=tier, healthy_share=healthy_share))
+    def _now(self) -> float:
+        """The current clock reading (the clock is chosen again by ``async with``)."""
+        return self._clock()
 
 
 def _reread(read: Callable[[float], T], clock: Callable[[], float]) -> T:

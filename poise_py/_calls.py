@@ -19,8 +19,8 @@ from ._faults import Fault
 from ._permit import Permit
 
 if TYPE_CHECKING:
-    from ._balancer import LoadBalancer
     from ._core._pool import Selection
+    from ._dispatch import PermitExit
     from ._endpoint import Endpoint
 
 
@@ -59,10 +59,10 @@ class ObservedPermit(Permit):
 
     __slots__ = ("_issued", "_observers")
 
-    def __init__(self, lb: LoadBalancer, selected: Selection, observers: tuple[CallObserver, ...]) -> None:
-        super().__init__(lb, selected)
+    def __init__(self, exit_: PermitExit, selected: Selection, observers: tuple[CallObserver, ...]) -> None:
+        super().__init__(exit_, selected)
         self._observers = observers
-        self._issued = lb._clock()
+        self._issued = exit_.clock()
 
     def succeed(self) -> None:
         """Report success."""
@@ -90,27 +90,22 @@ class ObservedPermit(Permit):
         if exc is None:
             self.succeed()
             return
-        lb = self._lb
-        verdict = lb._exit_verdict(exc, self.endpoint.id)
-        if verdict is None:
-            self.cancel()
-            return
         # As a plain permit's exit: the classifier's verdict is recorded as it is.
         self._claim()
-        lb._finish(self, verdict[0], verdict[1])
-        self._report(verdict[0], cancelled=False)
+        fault = self._exit.finish_exc(self._state, self._ticket, self._started, exc)
+        self._report(fault, cancelled=fault is None)
 
     def _report(self, fault: Fault | None, *, cancelled: bool) -> None:
-        lb = self._lb
+        exit_ = self._exit
         ended = CallEnded(
             endpoint=self.endpoint,
             fault=fault,
             cancelled=cancelled,
-            duration=max(0.0, lb._clock() - self._issued),
+            duration=max(0.0, exit_.clock() - self._issued),
             probe=self.probe,
         )
         for observer in self._observers:
             try:
                 observer(ended)
             except Exception as exc:  # noqa: BLE001 - an observer must not break the caller's call
-                lb._observer_failed(observer, exc)
+                exit_.observer_failed(observer, exc)

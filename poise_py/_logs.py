@@ -15,8 +15,7 @@ from collections.abc import Hashable
 
 import attrs
 
-from ._endpoint import check_duration
-from ._errors import ConfigError
+from ._knobs import check_count, check_duration
 
 logger = logging.getLogger("poise_py")
 
@@ -26,8 +25,7 @@ def _interval(value: float) -> float:
 
 
 def _check_burst(instance: LogLimit, attribute: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"LogLimit.{attribute.name}", f"must be an int >= 1, got {value!r}")
+    check_count(f"LogLimit.{attribute.name}", value)
 
 
 @attrs.frozen(kw_only=True)

@@ -49,8 +49,9 @@ from ._core._pool import Pool
 from ._core._readiness import Quarantine
 from ._core._record import EndpointState, sat_add
 from ._discovery import Update
-from ._endpoint import Endpoint, check_duration
+from ._endpoint import Endpoint
 from ._errors import EndpointFactoryError, IneligibleReason, ReadinessError
+from ._knobs import check_duration
 
 logger = logging.getLogger("poise_py")
 

@@ -1,4 +1,8 @@
-"""The permit: one reserved call to one endpoint, and how its outcome is reported."""
+"""The permit: one reserved call to one endpoint, and how its outcome is reported (async shell).
+
+A permit is given the selection and the balancer's one
+:class:`~poise_py._dispatch.PermitExit` when it is issued, and reports its end there.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,9 @@ from ._errors import PermitError
 from ._faults import Fault, check_retry_after
 
 if TYPE_CHECKING:
-    from ._balancer import LoadBalancer
     from ._core._pool import Selection
     from ._decision import Decision
+    from ._dispatch import PermitExit
     from ._endpoint import Endpoint
 
 
@@ -32,13 +36,13 @@ class Permit:
     transport does.
     """
 
-    __slots__ = ("_decision", "_done", "_entered", "_lb", "_started", "_state", "_ticket")
+    __slots__ = ("_decision", "_done", "_entered", "_exit", "_started", "_state", "_ticket")
 
-    def __init__(self, lb: LoadBalancer, selected: Selection) -> None:
+    def __init__(self, exit_: PermitExit, selected: Selection) -> None:
         # The pool's selection tuple is taken whole: one argument instead of four, and no
         # unpacking in ``acquire`` (this constructor runs on every call).
         self._done = self._entered = False
-        self._lb = lb
+        self._exit = exit_
         self._state, self._ticket, self._started, self._decision = selected
 
     @property
@@ -74,8 +78,9 @@ class Permit:
     def succeed(self) -> None:
         """Report success."""
         self._claim()
-        lb = self._lb
-        lb._pool.succeed(self._state, self._ticket, lb._clock, self._started)
+        exit_ = self._exit
+        state = self._state
+        exit_.succeed(state, self._ticket, exit_.clock() if state.circuit.clocked else 0.0, self._started)
 
     def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None) -> None:
         """Report a failure of tier ``fault``; ``retry_after`` opens the circuit at least that long."""
@@ -86,12 +91,12 @@ class Permit:
         except ValueError as exc:
             raise PermitError(str(exc)) from None
         self._claim()
-        self._lb._finish(self, fault, retry_after)
+        self._exit.finish(self._state, self._ticket, self._started, fault, retry_after)
 
     def cancel(self) -> None:
         """Report that the call ended without an outcome (not a fault)."""
         self._claim()
-        self._lb._pool.cancel(self._state, self._ticket)
+        self._exit.cancel(self._state, self._ticket)
 
     def _claim(self) -> None:
         if self._done:
@@ -114,16 +119,18 @@ class Permit:
             return
         self._done = True
         if exc is None:
-            lb = self._lb
-            lb._pool.succeed(self._state, self._ticket, lb._clock, self._started)
+            # The hot path: the clock is read only if the circuit needs the time.
+            exit_ = self._exit
+            state = self._state
+            exit_.succeed(state, self._ticket, exit_.clock() if state.circuit.clocked else 0.0, self._started)
         else:
-            self._lb._finish_exc(self, exc)
+            self._exit.finish_exc(self._state, self._ticket, self._started, exc)
 
     def __del__(self) -> None:
         # Runs at any point, even inside a pool operation (cyclic GC): only enqueue.
         if not self._done:
             self._done = True
-            self._lb._pool.orphans.append((self._state, self._ticket))
+            self._exit.orphan(self._state, self._ticket)
             warnings.warn(
                 f"unreported permit {self!r}: use `async with lb.acquire() as permit:`; "
                 "it was counted as a cancellation",

@@ -58,6 +58,7 @@ from ._events import (
     PanicEnded,
     PanicStarted,
 )
+from ._knobs import check_count
 from ._logs import LimitedLog, LogLimit
 from ._snapshot import endpoint_counters
 from ._statistics import BalancerStatistics, PoolCounters
@@ -203,7 +204,7 @@ class Telemetry:
     """Counters, events, logs and the no-eligible alert for one balancer.
 
     Args:
-        pool: the pool it observes (it hooks ``on_leave``).
+        pool: the pool it observes (the balancer's pool listener calls :meth:`left`).
         alert_after: seconds selections must keep failing before
             :class:`NoEligiblePersisting`; None disables the alert.
         log_limit: the per-key log rate limit.
@@ -211,7 +212,6 @@ class Telemetry:
 
     def __init__(self, pool: Pool, *, alert_after: float | None, log_limit: LogLimit) -> None:
         self._pool = pool
-        pool.on_leave = self._left
         self.log: LimitedLog = LimitedLog(log_limit)
         self.alert = NoEligibleAlert(alert_after)
         self.wake: Callable[[], None] = _nothing
@@ -290,8 +290,7 @@ class Telemetry:
 
     def subscribe(self, buffer: int = DEFAULT_EVENT_BUFFER) -> EventStream:
         """A new :class:`EventStream` receiving every event from now on."""
-        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
-            raise ConfigError("buffer", f"must be an int >= 1, got {buffer!r}")
+        check_count("buffer", buffer)
         stream = EventStream(self, buffer)
         self._streams.add(stream)
         return stream
@@ -503,8 +502,8 @@ class Telemetry:
 
     # -- counters ----------------------------------------------------------------------
 
-    def _left(self, state: EndpointState) -> None:
-        """The pool's ``on_leave`` hook: fold the counters once the last permit ends."""
+    def left(self, state: EndpointState) -> None:
+        """An endpoint left the pool (the pool listener's ``left``): fold the counters once the last permit ends."""
         lingering = self._lingering
         lingering.append(state)
         if len(lingering) >= self._prune_at:

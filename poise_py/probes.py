@@ -19,6 +19,7 @@ import anyio
 from ._core._health_schedule import Probe
 from ._endpoint import Endpoint
 from ._errors import ConfigError, ProbeFailed
+from ._knobs import check_count, optional
 
 if TYPE_CHECKING:
     import httpx
@@ -46,8 +47,7 @@ def _host_port(endpoint: Endpoint, port: int | None) -> tuple[str, int]:
 
 
 def _check_port(port: int | None) -> None:
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
-        raise ConfigError("port", f"must be a TCP port in [1, 65535] or None, got {port!r}")
+    optional(check_count, "port", port, maximum=65535)
 
 
 def tcp_connect(*, port: int | None = None) -> Probe:

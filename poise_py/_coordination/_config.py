@@ -8,8 +8,8 @@ import attrs
 
 from .._core._circuit_policy import CircuitPolicy
 from .._core._ejection import Escalation
-from .._endpoint import check_duration
 from .._errors import ConfigError
+from .._knobs import check_duration, is_number
 from ._memory import InMemoryStorage
 from ._protocol import BACKOFF_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, Storage
 
@@ -72,7 +72,7 @@ def _check_storage(instance: Coordination, attribute: attrs.Attribute[Storage], 
     if not isinstance(value, Storage):
         raise ConfigError("Coordination.storage", f"must implement the Storage protocol, got {value!r}")
     version = value.protocol_version
-    if isinstance(version, bool) or not isinstance(version, int):
+    if not is_number(version) or not isinstance(version, int):
         raise ConfigError("Coordination.storage", f"protocol_version must be an int, got {version!r}")
     if version < MIN_PROTOCOL_VERSION:
         raise ConfigError(

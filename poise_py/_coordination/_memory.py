@@ -14,8 +14,8 @@ import anyio.lowlevel
 import attrs
 
 from .._core._circuit import CircuitState
-from .._endpoint import check_duration
 from .._errors import ConfigError, CoordinationError
+from .._knobs import check_duration
 from ._protocol import (
     CHANGES_PROTOCOL_VERSION,
     FAILED_ROUNDS_CAP,

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core._circuit import CircuitState
-from .._endpoint import check_duration
 from .._errors import ConfigError, CoordinationError, CoordinationUnavailable
+from .._knobs import check_duration
 from ._lua import PRELUDE, SCRIPTS
 from ._protocol import (
     CHANGES_PROTOCOL_VERSION,

@@ -1,4 +1,4 @@
-"""A retry budget (Finagle style): retries may add a fraction of recent traffic, plus a floor.
+"""A retry budget (Finagle style, pure core): retries may add a fraction of recent traffic, plus a floor.
 
 Over the last ``ttl`` seconds (in ``buckets`` slices) the budget counts first attempts
 (deposits) and retries (withdrawals). A retry is allowed while
@@ -9,12 +9,9 @@ floor lets a quiet client still retry a few requests.
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
-from .._endpoint import check_duration, check_share
-from .._errors import ConfigError
+from .._knobs import check_duration, check_number, check_share
 
 
 @attrs.frozen(kw_only=True)
@@ -34,9 +31,7 @@ class RetryBudget:
 
     def __attrs_post_init__(self) -> None:
         check_share("RetryBudget.percent", self.percent, high=10.0)
-        m = self.min_per_second
-        if isinstance(m, bool) or not isinstance(m, int | float) or math.isnan(m) or not 0 <= m < math.inf:
-            raise ConfigError("RetryBudget.min_per_second", f"must be a finite number >= 0, got {m!r}")
+        check_number("RetryBudget.min_per_second", self.min_per_second, low=0.0)
         check_duration("RetryBudget.ttl", self.ttl)
 
 

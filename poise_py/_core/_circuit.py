@@ -226,6 +226,7 @@ class Circuit:
     degraded: bool
     degraded_cause: Cause | None
     admit: Ticket | None
+    clocked: bool
 
     __slots__ = (
         "_closed_ticket",
@@ -239,6 +240,7 @@ class Circuit:
         "_window",
         "_window_timed",
         "admit",
+        "clocked",
         "closed_at",
         "degraded",
         "degraded_cause",
@@ -278,6 +280,8 @@ class Circuit:
         self.admit = self._closed_ticket
         """The ticket every call gets while CLOSED, else None: the pool's hot path reads only
         this (it shares a cache line with the outcome counters, where ``state`` does not)."""
+        self.clocked = False
+        """Whether recording a success needs a real ``now`` (see :meth:`record_success`)."""
         self.reopen_at: float | None = None
         self.leased = False
         self.probe_limit = 0
@@ -285,7 +289,7 @@ class Circuit:
         self.probe_successes = 0
         self._consecutive = 0
         """Both runs in one int (SUSPECT in the low 32 bits, TRANSIENT above), so the
-        pool's inlined success path ends both with one store."""
+        success fast path ends both with one store."""
         self.level = 0
         self.closed_at = now
         self.ejections_in_row = 0
@@ -297,6 +301,7 @@ class Circuit:
         """A trip ``max_ejection_percent`` refused: CLOSED, but reserve capacity only."""
         self.degraded_cause: Cause | None = None
         """The refused trip's cause while degraded (used if it is ejected later)."""
+        self._reclock()
 
     # -- queries -----------------------------------------------------------------------
 
@@ -382,13 +387,44 @@ class Circuit:
             return IneligibleReason.PROBES_TAKEN
         return IneligibleReason.PERMANENT if state is _B else IneligibleReason.RETIRED
 
+    def record_success(self, ticket: Ticket, now: float, started: float) -> bool:
+        """Record a success on the CLOSED fast path; False if it needs :meth:`record`.
+
+        The hot path of every call: True when ``ticket`` is this CLOSED epoch's and the
+        success was counted in place (no move can follow a success in time). False,
+        changing nothing, for a probe, a stale ticket, a slow success, a degraded circuit
+        or a latency-measuring pool: the caller then records it with :meth:`record`.
+        ``now`` and ``started`` (when the call began) are read only when :attr:`clocked` is True.
+        """
+        if ticket is not self.admit:
+            return False
+        slow_limit = self._slow_limit
+        if slow_limit is not None and now - started >= slow_limit:
+            return False  # slow (or every success timed): the long way, which may trip
+        self._consecutive = 0  # a success in time: no trip can follow
+        window = self._window
+        if window is None:
+            if self._volume < self._volume_cap:
+                self._volume += 1
+        else:
+            window.add(0, now)
+        return True
+
+    def time_every_success(self) -> None:
+        """Send every success through :meth:`record` (a pool whose policy measures latency)."""
+        self._slow_limit = self._slow_base = -math.inf
+        self._reclock()
+
+    def _reclock(self) -> None:
+        self.clocked = self.admit is None or self._window_timed or self._slow_limit is not None
+
     def _clear_window(self) -> None:
         self._volume = 0
         if self._window is not None:
             self._window.clear()
 
     def _add(self, flags: int, now: float) -> None:
-        # Pool.succeed inlines this for the CLOSED-success hot path: keep them in step.
+        # record_success inlines this for the CLOSED-success hot path: keep them in step.
         window = self._window
         if window is None:
             if self._volume < self._volume_cap:
@@ -617,6 +653,7 @@ class Circuit:
         self.degraded = cause is not None
         self.degraded_cause = cause
         self._slow_limit = -math.inf if cause is not None else self._slow_base
+        self._reclock()
 
     def trip(self, cause: Cause, now: float, *, may_eject: bool) -> Transition | None:
         """A pool-level verdict (``SUCCESS_RATE``) trips a CLOSED circuit; else None.
@@ -767,6 +804,7 @@ class Circuit:
         self._closed_ticket = ticket(epoch, probe=False)
         self._probe_ticket = ticket(epoch, probe=True)
         self.admit = self._closed_ticket if target is _C else None
+        self._reclock()
         self.probes_in_flight = 0
         self.probe_successes = 0
         self.probe_limit = (0 if self.leased else self.policy.permitted_probes) if target is _H else 0

@@ -1,26 +1,14 @@
-"""The passive breaker's knobs, validated once at construction."""
+"""The passive breaker's knobs (pure core): ``CircuitPolicy``, validated once at construction with ``_knobs``."""
 
 from __future__ import annotations
 
 import attrs
 
-from .._endpoint import check_duration, check_share
 from .._errors import ConfigError
+from .._knobs import check_count, check_duration, check_share, optional
 from ._ejection import Escalation, HardCap
 from ._outlier import SuccessRateEjection
 from ._window import CountWindow, TimeWindow
-
-
-def _check_rate(knob: str, value: float | None) -> None:
-    if value is not None:
-        check_share(knob, value, low_open=True)
-
-
-def _check_count(knob: str, value: int | None, *, minimum: int = 1, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(knob, f"must be an int >= {minimum}{' or None' if optional else ''}, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -90,31 +78,31 @@ class CircuitPolicy:
         return self.slow_call_duration is not None
 
     def __attrs_post_init__(self) -> None:
-        _check_count("CircuitPolicy.consecutive_failures", self.consecutive_failures, optional=True)
-        n = self.consecutive_transient_failures
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 2):
-            raise ConfigError(
-                "CircuitPolicy.consecutive_transient_failures",
-                f"must be an int >= 2 (one TRANSIENT fault never ejects) or None, got {n!r}",
-            )
-        _check_rate("CircuitPolicy.failure_rate", self.failure_rate)
-        _check_count("CircuitPolicy.minimum_hosts", self.minimum_hosts, optional=True)
+        optional(check_count, "CircuitPolicy.consecutive_failures", self.consecutive_failures)
+        optional(
+            check_count,
+            "CircuitPolicy.consecutive_transient_failures",
+            self.consecutive_transient_failures,
+            minimum=2,
+            why="one TRANSIENT fault never ejects",
+        )
+        optional(check_share, "CircuitPolicy.failure_rate", self.failure_rate, low_open=True)
+        optional(check_count, "CircuitPolicy.minimum_hosts", self.minimum_hosts)
         if self.minimum_hosts is not None and self.failure_rate is None:
             raise ConfigError("CircuitPolicy.minimum_hosts", "applies to failure_rate: set failure_rate too")
         if self.success_rate is not None and not isinstance(self.success_rate, SuccessRateEjection):
             raise ConfigError(
                 "CircuitPolicy.success_rate", f"must be a SuccessRateEjection or None, got {self.success_rate!r}"
             )
-        _check_rate("CircuitPolicy.slow_call_rate", self.slow_call_rate)
-        if self.slow_call_duration is not None:
-            check_duration("CircuitPolicy.slow_call_duration", self.slow_call_duration)
+        optional(check_share, "CircuitPolicy.slow_call_rate", self.slow_call_rate, low_open=True)
+        optional(check_duration, "CircuitPolicy.slow_call_duration", self.slow_call_duration)
         if self.slow_call_rate is not None and self.slow_call_duration is None:
             raise ConfigError("CircuitPolicy.slow_call_duration", "is required when slow_call_rate is set")
-        _check_count("CircuitPolicy.minimum_volume", self.minimum_volume)
+        check_count("CircuitPolicy.minimum_volume", self.minimum_volume)
         if not isinstance(self.window, CountWindow | TimeWindow):
             raise ConfigError("CircuitPolicy.window", f"must be a CountWindow or TimeWindow, got {self.window!r}")
-        _check_count("CircuitPolicy.permitted_probes", self.permitted_probes)
-        _check_count("CircuitPolicy.success_threshold", self.success_threshold)
+        check_count("CircuitPolicy.permitted_probes", self.permitted_probes)
+        check_count("CircuitPolicy.success_threshold", self.success_threshold)
         if not isinstance(self.escalation, Escalation):
             raise ConfigError("CircuitPolicy.escalation", f"must be an Escalation, got {self.escalation!r}")
         check_share("CircuitPolicy.max_ejection_percent", self.max_ejection_percent)

@@ -1,4 +1,8 @@
-"""How long an ejection lasts: escalation, clamping, jitter and the hard cap.
+"""Ejection, in one place (pure core): how long it lasts, and how many the pool allows.
+
+:class:`Escalation` and :class:`HardCap` are the knobs of one circuit's ejections;
+:class:`EjectionGuard` is the pool's ``max_ejection_percent`` bookkeeping (the ejected
+count, the allowance, the degraded reserve, the suppressed-ejection tally).
 
 The open window for the ``n``-th consecutive ejection (``n`` from 0) is
 ``base * f(n)``, where ``f`` is ``n + 1`` (linear, Envoy's outlier detection) or
@@ -13,13 +17,22 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import TYPE_CHECKING
 
 import attrs
 
-from .._endpoint import check_duration, check_share
 from .._errors import ConfigError
+from .._knobs import check_count, check_duration, check_number, check_share, optional
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ._circuit import Circuit
+    from ._circuit_policy import CircuitPolicy
+    from ._record import EndpointState
 
 MAX_LEVEL = 2**64
+_SATURATED = 2**64 - 1
 """Escalation levels saturate here; any larger count gives the same (capped) answer."""
 
 
@@ -63,12 +76,9 @@ class Escalation:
             raise ConfigError("Escalation.maximum", f"must be >= base ({self.base}), got {self.maximum}")
         if not isinstance(self.backoff, Backoff):
             raise ConfigError("Escalation.backoff", f"must be a Backoff, got {self.backoff!r}")
-        m = self.multiplier
-        if isinstance(m, bool) or not isinstance(m, int | float) or not (1.0 < m < math.inf):
-            raise ConfigError("Escalation.multiplier", f"must be a finite number > 1, got {m!r}")
+        check_number("Escalation.multiplier", self.multiplier, low=1.0, low_open=True)
         check_share("Escalation.jitter", self.jitter, high_open=True)
-        if self.decay_interval is not None:
-            check_duration("Escalation.decay_interval", self.decay_interval)
+        optional(check_duration, "Escalation.decay_interval", self.decay_interval)
 
     def window(self, level: int) -> float:
         """Return the un-jittered open window for escalation ``level`` (0 = first)."""
@@ -118,15 +128,123 @@ class HardCap:
     max_ejected_time: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        n = self.max_ejections
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ConfigError("HardCap.max_ejections", f"must be an int >= 1 or None, got {n!r}")
-        if self.max_ejected_time is not None:
-            check_duration("HardCap.max_ejected_time", self.max_ejected_time)
-        if n is None and self.max_ejected_time is None:
+        optional(check_count, "HardCap.max_ejections", self.max_ejections)
+        optional(check_duration, "HardCap.max_ejected_time", self.max_ejected_time)
+        if self.max_ejections is None and self.max_ejected_time is None:
             raise ConfigError("HardCap", "set max_ejections, max_ejected_time or both")
 
 
 def ejection_allowance(pool_size: int, max_share: float) -> int:
     """How many endpoints of a pool may be ejected at once (``max_share`` a fraction); always at least one."""
     return max(1, math.floor(pool_size * max_share + 1e-9))
+
+
+class EjectionGuard:
+    """The pool's ``max_ejection_percent`` bookkeeping: who is ejected, who is degraded.
+
+    The pool tells the guard after every change to an endpoint's circuit
+    (:meth:`update`) or membership (:meth:`leave`, :meth:`resize`); the guard keeps the
+    count of ejected circuits against the allowance, the degraded endpoints in the order
+    they degraded (the next to eject when there is room), and the suppressed-ejection
+    total. Pure bookkeeping: no clock, no I/O.
+    """
+
+    __slots__ = ("_allowance", "_degraded", "_ejected", "_share", "suppressed")
+
+    def __init__(self, max_share: float) -> None:
+        self._share = max_share
+        self._allowance = 1
+        self._ejected = 0
+        self._degraded: dict[EndpointState, None] = {}
+        """Degraded endpoints, longest degraded first: the next to eject when the guard has room."""
+        self.suppressed = 0
+        """Trips the guard refused, pool-wide (saturating)."""
+
+    @property
+    def may_eject(self) -> bool:
+        """Whether one more circuit may be ejected now."""
+        return self._ejected < self._allowance
+
+    @property
+    def ejected_count(self) -> int:
+        """How many circuits are OPEN or HALF_OPEN."""
+        return self._ejected
+
+    @property
+    def degraded_count(self) -> int:
+        """How many endpoints are degraded."""
+        return len(self._degraded)
+
+    def resize(self, pool_size: int) -> None:
+        """Recompute the allowance for a pool of ``pool_size`` endpoints."""
+        self._allowance = ejection_allowance(pool_size, self._share)
+
+    def update(self, state: EndpointState) -> bool | None:
+        """Bring the counts in line with ``state``'s circuit; the new degraded flag if it changed, else None."""
+        circuit = state.circuit
+        ejected = circuit.ejected
+        if ejected != state.was_ejected:
+            state.was_ejected = ejected
+            self._ejected += 1 if ejected else -1
+        degraded = circuit.degraded
+        if degraded is state.was_degraded:
+            return None
+        state.was_degraded = degraded
+        if degraded:
+            self._degraded[state] = None
+        else:
+            del self._degraded[state]
+        return degraded
+
+    def leave(self, state: EndpointState) -> None:
+        """Forget an endpoint that left the pool."""
+        if state.was_ejected:
+            self._ejected -= 1
+            state.was_ejected = False
+        if state.was_degraded:
+            state.was_degraded = False
+            del self._degraded[state]
+
+    def next_to_eject(self) -> EndpointState | None:
+        """The longest-degraded endpoint, if the guard has room to eject it now; else None."""
+        if self._degraded and self._ejected < self._allowance:
+            return next(iter(self._degraded))
+        return None
+
+    def count_suppressed(self, before: int, circuit: Circuit) -> None:
+        """Count a trip the guard refused, if ``circuit``'s own tally moved from ``before``."""
+        if circuit.suppressed_ejections != before:
+            self.suppressed = min(self.suppressed + 1, _SATURATED)
+
+
+def rotation_answers(members: Iterable[EndpointState], state: EndpointState, now: float) -> bool:
+    """Whether the endpoints still in rotation vouch that ``state``'s fault is its own.
+
+    Asked only when ``max_ejection_percent`` has no room for ``state``'s trip. The
+    guard is there for a sick pool, where the endpoints still taking traffic fail
+    too; when every endpoint in rotation (healthy, not ejected, not degraded, not
+    ``state``) answered its latest call, and there is at least one, the pool is not
+    sick and the dying endpoint leaves. Stops at the first one that failed.
+    """
+    vouched = False
+    for other in members:
+        if other is state or other.pos < 0:
+            continue
+        if not other.circuit.answering(now):
+            return False
+        vouched = True
+    return vouched
+
+
+def rate_quorum(policy: CircuitPolicy, members: Iterable[EndpointState], now: float) -> bool:
+    """Whether ``minimum_hosts`` closed circuits have ``minimum_volume`` outcomes (stops early)."""
+    needed = policy.minimum_hosts
+    assert needed is not None  # noqa: S101 - only with minimum_hosts
+    volume = policy.minimum_volume
+    for state in members:
+        circuit = state.circuit
+        if circuit.admit is not None and circuit.window_counts(now)[0] >= volume:  # CLOSED, with the volume
+            needed -= 1
+            if not needed:
+                return True
+    return False

@@ -44,8 +44,9 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import attrs
 
-from .._endpoint import AdminStatus, Endpoint, check_duration, check_share
+from .._endpoint import AdminStatus, Endpoint
 from .._errors import ConfigError, IneligibleReason
+from .._knobs import check_bool, check_count, check_duration, check_share, optional
 from ._record import sat_add
 
 Probe = Callable[[Endpoint], Awaitable[object]]
@@ -70,11 +71,6 @@ class ProbeResult(enum.Enum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     """No answer within ``HealthCheck.timeout``; counts as a failure."""
-
-
-def _check_threshold(knob: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(knob, f"must be an int >= 1, got {value!r}")
 
 
 def _is_async_callable(probe: object) -> bool:
@@ -133,20 +129,18 @@ class HealthCheck:
                 "a plain function's result cannot be awaited, so every probe would fail",
             )
         check_duration("HealthCheck.interval", self.interval)
-        if self.unhealthy_interval is not None:
-            check_duration("HealthCheck.unhealthy_interval", self.unhealthy_interval)
-            if self.unhealthy_interval > self.interval:
-                raise ConfigError(
-                    "HealthCheck.unhealthy_interval",
-                    f"must be <= interval ({self.interval}), got {self.unhealthy_interval}",
-                )
+        fast = optional(check_duration, "HealthCheck.unhealthy_interval", self.unhealthy_interval)
+        if fast is not None and fast > self.interval:
+            raise ConfigError(
+                "HealthCheck.unhealthy_interval",
+                f"must be <= interval ({self.interval}), got {self.unhealthy_interval}",
+            )
         check_duration("HealthCheck.timeout", self.timeout)
-        _check_threshold("HealthCheck.healthy_threshold", self.healthy_threshold)
-        _check_threshold("HealthCheck.unhealthy_threshold", self.unhealthy_threshold)
+        check_count("HealthCheck.healthy_threshold", self.healthy_threshold)
+        check_count("HealthCheck.unhealthy_threshold", self.unhealthy_threshold)
         check_share("HealthCheck.jitter", self.jitter, high_open=True)
         for knob in ("admit_unknown", "uneject"):
-            if not isinstance(getattr(self, knob), bool):
-                raise ConfigError(f"HealthCheck.{knob}", f"must be a bool, got {getattr(self, knob)!r}")
+            check_bool(f"HealthCheck.{knob}", getattr(self, knob))
 
     @property
     def fast_interval(self) -> float:

@@ -5,22 +5,27 @@ success rates over the interval fall below ``mean - stdev_factor x stdev`` of th
 endpoints that had at least ``request_volume`` calls in it, provided at least
 ``minimum_hosts`` had. The pool then ejects them, worst first, as far as
 ``max_ejection_percent`` allows (the rest are degraded), with the usual escalation and
-half-open recovery. Nothing here reads a clock or keeps state: the pool passes each
-endpoint's calls and failures of the interval.
+half-open recovery. Nothing here reads a clock: :class:`OutlierSampler` keeps each
+endpoint's counters at the last evaluation, and :func:`success_rate_outliers` judges one
+interval's samples.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
-from .._endpoint import check_duration
-from .._errors import ConfigError
+from .._faults import Fault
+from .._knobs import check_count, check_duration, check_number
+
+if TYPE_CHECKING:
+    from ._record import EndpointState
 
 T = TypeVar("T")
+_CALLER = list(Fault).index(Fault.CALLER)
 
 
 @attrs.frozen(kw_only=True)
@@ -50,15 +55,9 @@ class SuccessRateEjection:
     interval: float = 10.0
 
     def __attrs_post_init__(self) -> None:
-        f = self.stdev_factor
-        if isinstance(f, bool) or not isinstance(f, int | float) or not (0.0 < f <= 100.0):
-            raise ConfigError("SuccessRateEjection.stdev_factor", f"must be a number in (0, 100], got {f!r}")
-        n = self.minimum_hosts
-        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-            raise ConfigError("SuccessRateEjection.minimum_hosts", f"must be an int >= 2, got {n!r}")
-        v = self.request_volume
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError("SuccessRateEjection.request_volume", f"must be an int >= 1, got {v!r}")
+        check_number("SuccessRateEjection.stdev_factor", self.stdev_factor, low=0.0, high=100.0, low_open=True)
+        check_count("SuccessRateEjection.minimum_hosts", self.minimum_hosts, minimum=2)
+        check_count("SuccessRateEjection.request_volume", self.request_volume)
         check_duration("SuccessRateEjection.interval", self.interval)
 
 
@@ -79,3 +78,33 @@ def success_rate_outliers(config: SuccessRateEjection, samples: Sequence[tuple[T
     below = [(rate, i) for i, (_, rate) in enumerate(judged) if rate < threshold]
     below.sort()
     return [judged[i][0] for _, i in below]
+
+
+class OutlierSampler:
+    """The pool's success-rate detection state: each endpoint's counters at the last evaluation.
+
+    Each evaluation reads every endpoint's calls and failures (every fault but CALLER)
+    from its counters, so the hot path pays nothing; only CLOSED circuits are judged.
+    """
+
+    __slots__ = ("_seen", "config")
+
+    def __init__(self, config: SuccessRateEjection) -> None:
+        self.config = config
+        self._seen: dict[EndpointState, tuple[int, int]] = {}
+
+    def outliers(self, members: Iterable[EndpointState]) -> list[EndpointState]:
+        """The outliers of the interval since the last call, worst first."""
+        seen = self._seen
+        fresh: dict[EndpointState, tuple[int, int]] = {}
+        samples: list[tuple[EndpointState, int, int]] = []
+        for state in members:
+            faults = state.faults
+            failures = sum(faults) - faults[_CALLER]
+            calls = state.successes + failures
+            fresh[state] = (calls, failures)
+            calls0, failures0 = seen.get(state, (0, 0))
+            if state.circuit.admit is not None:  # CLOSED
+                samples.append((state, calls - calls0, failures - failures0))
+        self._seen = fresh
+        return success_rate_outliers(self.config, samples)

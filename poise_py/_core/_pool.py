@@ -1,22 +1,27 @@
-"""The pool: membership, eligibility and the ejection guard, as pure bookkeeping.
+"""The pool (pure core): membership, eligibility and routing state, as bookkeeping.
 
 The pool keeps, per routing scope (a tier, or one zone side of it: see ``_routing``),
 the list of the endpoints that may take a permit right now (CLOSED, or HALF_OPEN with a
-free probe slot, ready, and allowed by the operator and by active health). The lists are updated in O(1) whenever a
-circuit moves or a probe slot is taken or released, so a pick never scans the pool, and
-the router's plan is recomputed in O(tiers) after each such change. When the plan sends
-all traffic to one scope as HEALTHY (the single-tier pool, or a healthy first tier),
-:meth:`Pool.select` picks from it directly; otherwise it draws the scope first. OPEN
-circuits wait in a heap of deadlines; :meth:`Pool.handle_timer` (called by the shell's
-timer, and lazily by :meth:`Pool.select`) moves the due ones to HALF_OPEN. Ineligibility
-reasons are counted only when a selection fails.
+free probe slot, ready, and allowed by the operator and by active health). The lists are
+updated in O(1) whenever a circuit moves or a probe slot is taken or released, so a pick
+never scans the pool, and the router's plan is recomputed in O(tiers) after each such
+change. When the plan sends all traffic to one scope as HEALTHY (the single-tier pool, or
+a healthy first tier), :meth:`Pool.select` picks from it directly; otherwise it draws the
+scope first. Ineligibility reasons are counted only when a selection fails.
+
+Time comes in as ``now`` and deadlines go out: OPEN circuits (and the success-rate
+evaluation) wait in a heap that :meth:`Pool.next_deadline` reports and
+:meth:`Pool.handle_timer` (the shell's timer, and lazily :meth:`Pool.select`) runs. So the
+shell may skip its clock read on the hot path, :attr:`Pool.clocked` and
+``Circuit.clocked`` say when ``select`` and ``succeed`` need a real ``now``.
+Everything the shell must hear goes to one :class:`~poise_py._core._listener.PoolListener`;
+the ``max_ejection_percent`` bookkeeping is the :class:`~poise_py._core._ejection.EjectionGuard`.
 """
 
 from __future__ import annotations
 
 import functools
 import heapq
-import math
 import random
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import TypeAlias
@@ -27,60 +32,25 @@ from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, WeightOv
 from .._faults import Fault
 from ._circuit import Cause, Circuit, CircuitState, Ticket, Transition
 from ._circuit_policy import CircuitPolicy
-from ._ejection import ejection_allowance
-from ._outlier import success_rate_outliers
-from ._record import FAULT_INDEX, SATURATED, EndpointState, count_selection, sat_add
-from ._routing import TRAFFIC_UNITS, Panic, PanicHook, PanicTicket, Router, Routing, Scope, decision
+from ._ejection import EjectionGuard, rate_quorum, rotation_answers
+from ._listener import NullListener, PoolListener
+from ._outlier import OutlierSampler
+from ._record import FAULT_INDEX, SATURATED, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
+from ._routing import TRAFFIC_UNITS, Panic, PanicTicket, Router, Routing, Scope, decision, pick_in
 from ._selection import Instant, Loads, PickFn, Policy
 
-TransitionHook: TypeAlias = Callable[[EndpointState, Transition], None]
 Selection: TypeAlias = tuple[EndpointState, Ticket, float, Decision]
-"""What :meth:`Pool.select` returns: the endpoint, its ticket, the clock reading, the decision."""
-LeaveHook: TypeAlias = Callable[[EndpointState], None]
-IdleHook: TypeAlias = Callable[[EndpointState], None]
-DegradedHook: TypeAlias = Callable[[EndpointState, bool], None]
-"""Called with ``(state, True)`` when an endpoint becomes degraded, ``False`` when it stops."""
-ProbeHook: TypeAlias = Callable[[EndpointState], None]
+"""What :meth:`Pool.select` returns: the endpoint, its ticket, the time it was given, the decision."""
 
-_ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
-    AdminStatus.AUTO: None,
-    AdminStatus.FORCED_HEALTHY: None,
-    AdminStatus.DRAINING: IneligibleReason.DRAINING,
-    AdminStatus.DISABLED: IneligibleReason.DISABLED,
-    AdminStatus.FORCED_UNHEALTHY: IneligibleReason.UNHEALTHY,
-}
 _DRAINING = AdminStatus.DRAINING
 _DISABLED = AdminStatus.DISABLED
 _OPEN = CircuitState.OPEN
 _CLOSED = CircuitState.CLOSED
-_AUTO = AdminStatus.AUTO
 _BLOCKED = CircuitState.BLOCKED
 _RETIRED = CircuitState.RETIRED
 _HEALTHY = DecisionMode.HEALTHY
 _SPILLOVER = DecisionMode.SPILLOVER
 _PANIC = DecisionMode.PANIC
-
-
-def _ignore(state: EndpointState, transition: Transition) -> None:
-    return None
-
-
-def _ignore_idle(state: EndpointState) -> None:
-    return None
-
-
-def _ignore_degraded(state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
-    return None
-
-
-def _ignore_panic(tier: int, *, started: bool, healthy_share: float) -> None:
-    return None
-
-
-def _gate(state: EndpointState) -> IneligibleReason | None:
-    """Readiness, then the operator's and active health's verdict; active health counts only under AUTO."""
-    admin = state.admin
-    return state.readiness or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
 
 
 class Pool:
@@ -92,22 +62,19 @@ class Pool:
         rng: the seeded source of every random choice (jitter, picks).
         routing: tier and zone knobs (default :class:`Routing`).
         panic: opt-in panic routing, or None (default: off).
-        on_transition: called for every circuit move (events, logs).
-        on_idle: called when the last permit of an endpoint that takes no new ones ends
-            (``LoadBalancer.drained``).
-        on_panic: called with ``(tier, started)`` when a tier starts or stops panicking.
-        on_degraded: called with ``(state, degraded)`` when an endpoint becomes degraded
-            (``max_ejection_percent`` refused its trip) or stops being degraded.
+        listener: hears circuit moves, idle endpoints, panic episodes, degradation,
+            departures, new deadlines and probe results (default: :class:`NullListener`).
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
     timed: bool
+    clocked: bool
     stores_loads: bool
-    suppressed_ejections: int
     routing: Routing
     panic: Panic | None
     router: Router
-    on_panic: PanicHook
+    listener: PoolListener
+    guard: EjectionGuard
 
     def __init__(
         self,
@@ -117,10 +84,7 @@ class Pool:
         *,
         routing: Routing | None = None,
         panic: Panic | None = None,
-        on_transition: TransitionHook = _ignore,
-        on_idle: IdleHook = _ignore_idle,
-        on_panic: PanicHook = _ignore_panic,
-        on_degraded: DegradedHook = _ignore_degraded,
+        listener: PoolListener | None = None,
     ) -> None:
         self.circuit_policy = circuit
         self._rng = rng
@@ -130,7 +94,10 @@ class Pool:
             policy.observe if measures else None  # type: ignore[attr-defined]
         )
         self.timed = circuit.measures_latency or measures
-        """Whether a selection must read the clock to time the call."""
+        """Whether a selection needs the time to time the call."""
+        self.clocked = self.timed
+        """Whether :meth:`select` needs a real ``now``: a timed pool, or a deadline pending."""
+        self.listener = listener if listener is not None else NullListener()
         self.stores_loads = bool(getattr(policy, "reads_loads", True))
         """Whether the hot path keeps the scopes' ``loads`` equal to in-flight counts: only
         when the policy reads them (a random store into a list as long as the pool is a
@@ -145,9 +112,8 @@ class Pool:
             instant=self._instant,
             routing=self.routing,
             panic=panic,
-            on_panic=self._panic_changed,
+            on_panic=self.listener.panic,
         )
-        self.on_panic = on_panic
         self.members: dict[str, EndpointState] = {}
         # The hot path's view of the router: the scope that takes all traffic as HEALTHY.
         self._fast: list[EndpointState] | None = None
@@ -158,29 +124,16 @@ class Pool:
         self._deadlines: list[tuple[float, int, EndpointState | None, int]] = []
         """OPEN circuits' ends ``(at, seq, state, epoch)``, and with success-rate detection
         its next evaluation ``(at, seq, None, -1)``."""
-        self._outliers = circuit.success_rate
+        self._outliers = None if circuit.success_rate is None else OutlierSampler(circuit.success_rate)
         self._outlier_armed = False
-        self._seen: dict[EndpointState, tuple[int, int]] = {}
-        """Each endpoint's (calls, failures) at the last success-rate evaluation."""
-        self._quorum: Callable[[float], bool] | None = self._rate_quorum if circuit.minimum_hosts is not None else None
+        self._quorum: Callable[[float], bool] | None = (
+            None if circuit.minimum_hosts is None else functools.partial(rate_quorum, circuit, self.members.values())
+        )
         self._seq = 0
-        self._ejected = 0
-        self._allowance = 1
-        self.on_transition = on_transition
-        self.on_idle = on_idle
-        self.on_degraded = on_degraded
-        self._degraded: dict[EndpointState, None] = {}
-        """Degraded endpoints, longest degraded first: the next to eject when the guard has room."""
+        self.guard = EjectionGuard(circuit.max_ejection_percent)
+        """``max_ejection_percent``: the ejected count, the allowance and the degraded reserve."""
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
-        self.suppressed_ejections = 0
-        self.on_leave: LeaveHook | None = None
-        """Called for each endpoint removed from the pool (telemetry folds its counters)."""
-        self.on_armed: Callable[[], None] | None = None
-        """Called when a timer deadline appears that no transition announced (the first
-        success-rate evaluation), so the shell's timer can wait for it."""
-        self.on_probe_result: ProbeHook | None = None
-        """Called after a current-epoch probe result that moved nothing, or a cancelled probe (coordination)."""
 
     # -- membership --------------------------------------------------------------------
 
@@ -207,14 +160,8 @@ class Pool:
             state = members.pop(endpoint_id)
             self._detach(state)
             state.live = False
-            if state.was_ejected:
-                self._ejected -= 1
-                state.was_ejected = False
-            if state.was_degraded:
-                state.was_degraded = False
-                del self._degraded[state]
-            if self.on_leave is not None:
-                self.on_leave(state)
+            self.guard.leave(state)
+            self.listener.left(state)
         for endpoint in updated:
             state = members[endpoint.id]
             old = state.endpoint
@@ -232,21 +179,19 @@ class Pool:
         for endpoint in added:
             circuit = Circuit(self.circuit_policy, self._unit, now)
             if observed:
-                # A latency-measuring policy needs every success's latency: an inline slow
-                # limit of -inf sends each success the long way, through _record, which
-                # feeds the policy. (The circuit's own slow-call rule reads its policy.)
-                circuit._slow_limit = circuit._slow_base = -math.inf
+                # A latency-measuring policy needs every success's latency: send each
+                # success the long way, through _record, which feeds the policy.
+                circuit.time_every_success()
             state = EndpointState(endpoint, circuit)
             members[endpoint.id] = state
             self._attach(state)
-        self._allowance = ejection_allowance(len(members), self.circuit_policy.max_ejection_percent)
+        self.guard.resize(len(members))
         self._replan()
         self._promote(now)
         if self._outliers is not None and not self._outlier_armed:
             self._outlier_armed = True
             self._schedule_outliers(now)
-            if self.on_armed is not None:
-                self.on_armed()
+            self.listener.armed()
 
     def check_weights(self, added: Iterable[Endpoint], removed: Iterable[str], updated: Iterable[Endpoint]) -> int:
         """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
@@ -266,25 +211,20 @@ class Pool:
 
     # -- selection ---------------------------------------------------------------------
 
-    def select(
-        self, clock: Callable[[], float], key: Hashable | None = None, exclude: Collection[str] = ()
-    ) -> Selection:
+    def select(self, now: float, key: Hashable | None = None, exclude: Collection[str] = ()) -> Selection:
         """Choose an endpoint and reserve its ticket, or raise a :class:`SelectionError`.
 
-        ``clock`` is read only when something needs the time (a circuit due to leave
-        OPEN, or a policy that measures latency); the reading is returned (0.0 if none),
-        with the routing decision.
+        ``now`` is used only while :attr:`clocked` (a deadline is pending, or the pool
+        times its calls): the shell may pass 0.0 otherwise and skip its clock read. It
+        is returned with the endpoint, its ticket and the routing decision.
         """
         if self.orphans:
             self.release_orphans()
-        deadlines = self._deadlines
-        if self.timed or deadlines:
-            now = clock()
+        if self.clocked:
             self._instant.value = now
+            deadlines = self._deadlines
             if deadlines and deadlines[0][0] <= now:
                 self.handle_timer(now)
-        else:
-            now = 0.0
         available = self._fast
         if available:
             state = self._pick(available, self._loads, key)
@@ -331,102 +271,44 @@ class Pool:
     ) -> tuple[EndpointState, Decision]:
         """Pick outside ``exclude``: in ``first`` if it can, else in the next scope by preference."""
         if first is not None:
-            state = self._pick_in(first, key, exclude)
+            state = pick_in(first, key, exclude, self._unit)
             if state is not None:
                 count_selection(state, choice.mode)
                 return state, choice
         for scope, fallback in self.router.fallback:
             if scope is not first and scope.candidates:
-                state = self._pick_in(scope, key, exclude)
+                state = pick_in(scope, key, exclude, self._unit)
                 if state is not None:
                     count_selection(state, fallback.mode)
                     return state, fallback
         raise self._no_eligible(exclude)
 
-    def _pick_in(self, scope: Scope, key: Hashable | None, exclude: Collection[str]) -> EndpointState | None:
-        candidates = scope.candidates
-        picker = scope.picker
-        native = getattr(picker, "pick_excluding", None)
-        if native is not None:
-            found: EndpointState | None = native(candidates, scope.view, key, exclude)
-            return found
-        pick = picker.pick
-        view = scope.view
-        for _ in range(2 * len(exclude) + 2):
-            state = pick(candidates, view, key)
-            if state.endpoint.id not in exclude:
-                return state
-        rest = [s for s in candidates if s.endpoint.id not in exclude]
-        if not rest:
-            return None
-        # Rare: the policy kept drawing excluded endpoints. Weighted random over the rest.
-        target = int(self._unit() * sum(s.endpoint.weight for s in rest))
-        for state in rest:
-            target -= state.endpoint.weight
-            if target < 0:
-                return state
-        return rest[-1]
-
     def _no_eligible(self, exclude: Collection[str], *, refused: int | None = None) -> EmptyPool | NoEligibleEndpoints:
-        if not self.members:
-            return EmptyPool("discovery has not delivered any endpoint yet")
-        reasons = dict.fromkeys(IneligibleReason, 0)
-        retry_after: float | None = None
-        for state in self.members.values():
-            reason = self.refusal(state)
-            if reason is IneligibleReason.OPEN and _gate(state) is None:
-                # Nothing else keeps it out: it takes a probe once its open window ends.
-                reopen_at = state.circuit.reopen_at
-                if reopen_at is not None and (retry_after is None or reopen_at < retry_after):
-                    retry_after = reopen_at
-            if reason is None:
-                if state.endpoint.id in exclude:
-                    reason = IneligibleReason.EXCLUDED
-                elif state.endpoint.tier == refused:
-                    reason = IneligibleReason.PANIC
-                else:
-                    reason = IneligibleReason.SCOPE
-            reasons[reason] += 1
-        return NoEligibleEndpoints(reasons, len(self.members), retry_after=retry_after)
+        return no_eligible(self.members.values(), exclude, refused)
 
     def refusal(self, state: EndpointState) -> IneligibleReason | None:
         """Why ``state`` may not take a permit now, or None if it may."""
-        return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal() or _gate(state)
+        return refusal(state)
 
     # -- completion --------------------------------------------------------------------
 
-    def succeed(self, state: EndpointState, ticket: Ticket, clock: Callable[[], float], started: float) -> None:
-        """Record a successful call; reads ``clock`` only if the outcome needs the time."""
+    def succeed(self, state: EndpointState, ticket: Ticket, now: float, started: float) -> None:
+        """Record a successful call, ``started`` being the time :meth:`select` was given.
+
+        ``now`` is used only if ``state.circuit.clocked`` (the success needs the time):
+        the shell may pass 0.0 otherwise and skip its clock read.
+        """
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             if self.stores_loads:
                 state.loads[state.pos] = n
         elif not n:
-            self.on_idle(state)  # off the hot path: only endpoints that take no permits
+            self.listener.idle(state)  # off the hot path: only endpoints that take no permits
         n = state.successes
         state.successes = n + 1 if n < SATURATED else n
-        circuit = state.circuit
-        # Circuit._record_closed for a success, inlined: this is the hot path of every
-        # call. A slow-call threshold needs the latency, so that case takes the long way.
-        if ticket is circuit._closed_ticket and state.live:
-            slow_limit = circuit._slow_limit
-            if slow_limit is None:
-                circuit._consecutive = 0
-                window = circuit._window
-                if window is None:
-                    if circuit._volume < circuit._volume_cap:
-                        circuit._volume += 1
-                else:
-                    window.add(0, clock() if circuit._window_timed else 0.0)
-                return
-            now = clock()
-            if now - started < slow_limit:  # a success in time: no trip can follow
-                circuit._consecutive = 0
-                circuit._add(0, now)
-                return
-        else:
-            now = clock()
-        self._record(state, ticket, None, now, latency=now - started, retry_after=None)
+        # The hot path of every call: a CLOSED circuit records it in place.
+        if not (state.live and state.circuit.record_success(ticket, now, started)):
+            self._record(state, ticket, None, now, latency=now - started, retry_after=None)
 
     def complete(
         self,
@@ -444,7 +326,7 @@ class Pool:
             if self.stores_loads:
                 state.loads[state.pos] = n
         elif not n:
-            self.on_idle(state)  # off the hot path: only endpoints that take no permits
+            self.listener.idle(state)  # off the hot path: only endpoints that take no permits
         if fault is None:
             state.successes = sat_add(state.successes)
         else:
@@ -475,7 +357,8 @@ class Pool:
                 return
         before = circuit.suppressed_ejections
         degraded = circuit.degraded
-        may_eject = self._ejected < self._allowance
+        guard = self.guard
+        may_eject = guard.may_eject
         transition = circuit.record(
             ticket,
             fault,
@@ -484,18 +367,17 @@ class Pool:
             retry_after=retry_after,
             may_eject=may_eject,
             quorum=self._quorum,
-            vouch=None if may_eject else functools.partial(self._rotation_answers, state, now),
+            vouch=None if may_eject else functools.partial(rotation_answers, self.members.values(), state, now),
         )
-        if circuit.suppressed_ejections != before:
-            self.suppressed_ejections = sat_add(self.suppressed_ejections)
+        guard.count_suppressed(before, circuit)
         if transition is not None:
             self._moved(state, transition)
         elif circuit.degraded is not degraded:
             self._sync(state)
         elif ticket.probe:
             self._sync(state)
-            if self.on_probe_result is not None and ticket.epoch == circuit.epoch:
-                self.on_probe_result(state)
+            if ticket.epoch == circuit.epoch:
+                self.listener.probe_result(state)
 
     def cancel(self, state: EndpointState, ticket: Ticket) -> None:
         """Release a permit that ended without an outcome. No window changes."""
@@ -504,15 +386,15 @@ class Pool:
             if self.stores_loads:
                 state.loads[state.pos] = n
         elif not n:
-            self.on_idle(state)  # off the hot path: only endpoints that take no permits
+            self.listener.idle(state)  # off the hot path: only endpoints that take no permits
         state.cancellations = sat_add(state.cancellations)
         if state.live:
             circuit = state.circuit
             circuit.cancel(ticket)
             if ticket.probe:
                 self._sync(state)
-                if self.on_probe_result is not None and ticket.epoch == circuit.epoch:
-                    self.on_probe_result(state)  # a leased slot freed: coordination hands it back
+                if ticket.epoch == circuit.epoch:
+                    self.listener.probe_result(state)  # a leased slot freed: coordination hands it back
 
     def release_orphans(self) -> None:
         """Cancel the permits that were garbage-collected without a report."""
@@ -530,6 +412,7 @@ class Pool:
             if state is None or (state.live and state.circuit.epoch == epoch):
                 return deadlines[0][0]
             heapq.heappop(deadlines)
+        self.clocked = self.timed
         return None
 
     def handle_timer(self, now: float) -> None:
@@ -543,6 +426,7 @@ class Pool:
                 transition = state.circuit.handle_timer(now)
                 if transition is not None:
                     self._moved(state, transition)
+        self.clocked = self.timed or bool(deadlines)
 
     def set_admin(self, endpoint_id: str, status: AdminStatus) -> EndpointState:
         """Set an operator status; raises KeyError for an unknown id."""
@@ -611,7 +495,7 @@ class Pool:
 
     def excluded(self, state: EndpointState) -> IneligibleReason | None:
         """Why readiness, active health or the operator's status keeps ``state`` out, or None."""
-        return _gate(state)
+        return gate(state)
 
     def set_leased(self, state: EndpointState, leased: bool, now: float) -> None:  # noqa: FBT001
         """Enter or leave leased mode; leaving it re-arms the circuit's own OPEN timer."""
@@ -626,99 +510,54 @@ class Pool:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _push(self, at: float, state: EndpointState | None, epoch: int) -> None:
+        """Add a deadline: an OPEN circuit's end, or (``state`` None) an outlier evaluation."""
+        self._seq += 1
+        heapq.heappush(self._deadlines, (at, self._seq, state, epoch))
+        self.clocked = True
+
     def _arm(self, state: EndpointState) -> None:
         circuit = state.circuit
         if circuit.reopen_at is not None:
-            self._seq += 1
-            heapq.heappush(self._deadlines, (circuit.reopen_at, self._seq, state, circuit.epoch))
+            self._push(circuit.reopen_at, state, circuit.epoch)
 
     def _moved(self, state: EndpointState, transition: Transition) -> None:
         if transition.target is _OPEN and transition.reopen_at is not None:
-            self._seq += 1
-            heapq.heappush(self._deadlines, (transition.reopen_at, self._seq, state, transition.epoch))
+            self._push(transition.reopen_at, state, transition.epoch)
         self._sync(state)
-        self.on_transition(state, transition)
-        if self._degraded and self._ejected < self._allowance:
+        self.listener.transition(state, transition)
+        if self.guard.next_to_eject() is not None:
             self._promote(transition.at)
 
     def _schedule_outliers(self, now: float) -> None:
-        config = self._outliers
-        assert config is not None  # noqa: S101 - only with success-rate detection
-        self._seq += 1
-        heapq.heappush(self._deadlines, (now + config.interval, self._seq, None, -1))
+        sampler = self._outliers
+        assert sampler is not None  # noqa: S101 - only with success-rate detection
+        self._push(now + sampler.config.interval, None, -1)
 
     def _evaluate_outliers(self, now: float) -> None:
         """Success-rate detection (Envoy's): eject the interval's outliers, worst first.
 
-        Each endpoint's calls and failures (every fault but CALLER) since the last
-        evaluation come from its counters, so the hot path pays nothing. Only CLOSED
-        circuits are judged; as far as ``max_ejection_percent`` allows the outliers are
-        ejected, and the rest are degraded.
+        As far as ``max_ejection_percent`` allows the outliers are ejected, and the rest
+        are degraded.
         """
-        config = self._outliers
-        assert config is not None  # noqa: S101 - only with success-rate detection
-        seen = self._seen
-        fresh: dict[EndpointState, tuple[int, int]] = {}
-        samples: list[tuple[EndpointState, int, int]] = []
-        caller = FAULT_INDEX[Fault.CALLER]
-        for state in self.members.values():
-            faults = state.faults
-            failures = sum(faults) - faults[caller]
-            calls = state.successes + failures
-            fresh[state] = (calls, failures)
-            calls0, failures0 = seen.get(state, (0, 0))
-            if state.circuit.state is _CLOSED:
-                samples.append((state, calls - calls0, failures - failures0))
-        self._seen = fresh
-        for state in success_rate_outliers(config, samples):
+        sampler = self._outliers
+        assert sampler is not None  # noqa: S101 - only with success-rate detection
+        guard = self.guard
+        for state in sampler.outliers(self.members.values()):
             circuit = state.circuit
             before = circuit.suppressed_ejections
-            transition = circuit.trip(Cause.SUCCESS_RATE, now, may_eject=self._ejected < self._allowance)
-            if circuit.suppressed_ejections != before:
-                self.suppressed_ejections = sat_add(self.suppressed_ejections)
+            transition = circuit.trip(Cause.SUCCESS_RATE, now, may_eject=guard.may_eject)
+            guard.count_suppressed(before, circuit)
             if transition is not None:
                 self._moved(state, transition)
             elif circuit.degraded is not state.was_degraded:
                 self._sync(state)
         self._schedule_outliers(now)
 
-    def _rotation_answers(self, state: EndpointState, now: float) -> bool:
-        """Whether the endpoints still in rotation vouch that ``state``'s fault is its own.
-
-        Asked only when ``max_ejection_percent`` has no room for ``state``'s trip. The
-        guard is there for a sick pool, where the endpoints still taking traffic fail
-        too; when every endpoint in rotation (healthy, not ejected, not degraded, not
-        ``state``) answered its latest call, and there is at least one, the pool is not
-        sick and the dying endpoint leaves. Stops at the first one that failed.
-        """
-        vouched = False
-        for other in self.members.values():
-            if other is state or other.pos < 0:
-                continue
-            if not other.circuit.answering(now):
-                return False
-            vouched = True
-        return vouched
-
-    def _rate_quorum(self, now: float) -> bool:
-        """Whether ``minimum_hosts`` closed circuits have ``minimum_volume`` outcomes (stops early)."""
-        policy = self.circuit_policy
-        needed = policy.minimum_hosts
-        assert needed is not None  # noqa: S101 - only with minimum_hosts
-        volume = policy.minimum_volume
-        for state in self.members.values():
-            circuit = state.circuit
-            if circuit.state is _CLOSED and circuit.window_counts(now)[0] >= volume:
-                needed -= 1
-                if not needed:
-                    return True
-        return False
-
     def _promote(self, now: float) -> None:
         """While the guard has room, eject degraded endpoints, longest degraded first."""
-        degraded = self._degraded
-        while degraded and self._ejected < self._allowance:
-            state = next(iter(degraded))
+        guard = self.guard
+        while (state := guard.next_to_eject()) is not None:
             transition = state.circuit.eject_degraded(now)
             if transition is None:  # not CLOSED any more: the pool's view was stale
                 self._sync(state)
@@ -732,18 +571,10 @@ class Pool:
 
     def _refresh(self, state: EndpointState) -> None:
         circuit = state.circuit
-        ejected = circuit.ejected
-        if ejected != state.was_ejected:
-            state.was_ejected = ejected
-            self._ejected += 1 if ejected else -1
+        changed = self.guard.update(state)
+        if changed is not None:
+            self.listener.degraded(state, changed)
         degraded = circuit.degraded
-        if degraded is not state.was_degraded:
-            state.was_degraded = degraded
-            if degraded:
-                self._degraded[state] = None
-            else:
-                del self._degraded[state]
-            self.on_degraded(state, degraded)
         admin = state.admin
         home = state.home
         assert home is not None  # noqa: S101 - every live state has a home
@@ -753,7 +584,7 @@ class Pool:
         if counted != state.counted:
             state.counted = counted
             home.capacity += 1 if counted else -1
-        available = circuit.accepting and _gate(state) is None
+        available = circuit.accepting and gate(state) is None
         reserve = available and degraded
         if reserve != (state.dpos >= 0):
             if reserve:
@@ -819,9 +650,6 @@ class Pool:
             self._pick = fast.picker.pick
             self._fast_decision = decision(_HEALTHY, fast.tier.number)
 
-    def _panic_changed(self, tier: int, *, started: bool, healthy_share: float) -> None:
-        self.on_panic(tier, started=started, healthy_share=healthy_share)
-
     @property
     def available_count(self) -> int:
         """How many endpoints may take a permit now (degraded ones included)."""
@@ -830,17 +658,22 @@ class Pool:
     @property
     def degraded_count(self) -> int:
         """How many endpoints are degraded (a trip ``max_ejection_percent`` refused)."""
-        return len(self._degraded)
+        return self.guard.degraded_count
 
     @property
     def may_eject(self) -> bool:
         """Whether ``max_ejection_percent`` allows one more circuit to be ejected now."""
-        return self._ejected < self._allowance
+        return self.guard.may_eject
 
     @property
     def ejected_count(self) -> int:
         """How many circuits are OPEN or HALF_OPEN."""
-        return self._ejected
+        return self.guard.ejected_count
+
+    @property
+    def suppressed_ejections(self) -> int:
+        """Trips ``max_ejection_percent`` refused, pool-wide (saturating)."""
+        return self.guard.suppressed
 
 
 def _no_pick(candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:

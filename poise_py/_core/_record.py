@@ -1,12 +1,18 @@
-"""Per-endpoint mutable state held by the pool (private)."""
+"""The per-endpoint record the pool keeps, and why an endpoint is out (pure core).
+
+:class:`EndpointState` holds one endpoint's circuit, counters and routing positions;
+:func:`gate`, :func:`refusal` and :func:`no_eligible` say why an endpoint may not take a
+permit, for the pool's eligibility and for the error a failed selection raises.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from .._decision import DecisionMode
 from .._endpoint import AdminStatus, Endpoint
-from .._errors import IneligibleReason
+from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints
 from .._faults import Fault
 from ._circuit import Circuit
 
@@ -25,6 +31,57 @@ def sat_add(value: int, n: int = 1) -> int:
     """Add ``n`` to a counter, saturating at ``2**64 - 1``."""
     total = value + n
     return total if total < SATURATED else SATURATED
+
+
+_ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
+    AdminStatus.AUTO: None,
+    AdminStatus.FORCED_HEALTHY: None,
+    AdminStatus.DRAINING: IneligibleReason.DRAINING,
+    AdminStatus.DISABLED: IneligibleReason.DISABLED,
+    AdminStatus.FORCED_UNHEALTHY: IneligibleReason.UNHEALTHY,
+}
+_AUTO = AdminStatus.AUTO
+
+
+def gate(state: EndpointState) -> IneligibleReason | None:
+    """Readiness, then the operator's and active health's verdict; active health counts only under AUTO."""
+    admin = state.admin
+    return state.readiness or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
+
+
+def refusal(state: EndpointState) -> IneligibleReason | None:
+    """Why ``state`` may not take a permit now (the operator, its circuit, then :func:`gate`), or None."""
+    return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal() or gate(state)
+
+
+def no_eligible(
+    members: Collection[EndpointState], exclude: Collection[str], refused: int | None
+) -> EmptyPool | NoEligibleEndpoints:
+    """The error for a selection that found no endpoint: each member's reason, counted.
+
+    ``refused`` is the tier a FAIL_CLOSED panic refused, if any. The earliest end of an
+    open window that nothing else keeps out becomes the error's ``retry_after``.
+    """
+    if not members:
+        return EmptyPool("discovery has not delivered any endpoint yet")
+    reasons = dict.fromkeys(IneligibleReason, 0)
+    retry_after: float | None = None
+    for state in members:
+        reason = refusal(state)
+        if reason is IneligibleReason.OPEN and gate(state) is None:
+            # Nothing else keeps it out: it takes a probe once its open window ends.
+            reopen_at = state.circuit.reopen_at
+            if reopen_at is not None and (retry_after is None or reopen_at < retry_after):
+                retry_after = reopen_at
+        if reason is None:
+            if state.endpoint.id in exclude:
+                reason = IneligibleReason.EXCLUDED
+            elif state.endpoint.tier == refused:
+                reason = IneligibleReason.PANIC
+            else:
+                reason = IneligibleReason.SCOPE
+        reasons[reason] += 1
+    return NoEligibleEndpoints(reasons, len(members), retry_after=retry_after)
 
 
 def count_selection(state: EndpointState, mode: DecisionMode) -> None:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import enum
 
-from .._errors import ConfigError
 from .._faults import Fault
+from .._knobs import check_count
 from ._budget import Budget
 
 RETRYABLE = frozenset({Fault.TRANSIENT, Fault.SUSPECT, Fault.FATAL, Fault.PERMANENT})
@@ -54,9 +54,7 @@ class Next(enum.Enum):
 
 def check_attempts(attempts: object, field: str = "attempts") -> int:
     """``attempts`` as a validated int >= 1, or ConfigError naming ``field``."""
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise ConfigError(field, f"must be an int >= 1, got {attempts!r}")
-    return attempts
+    return check_count(field, attempts)  # type: ignore[arg-type]
 
 
 class RetryLoop:

@@ -42,9 +42,8 @@ HEALTHY decision, the pool's hot path picks from that scope directly.
 from __future__ import annotations
 
 import enum
-import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Protocol, TypeAlias
 
 import attrs
@@ -52,6 +51,7 @@ import attrs
 from .._decision import Decision, DecisionMode
 from .._endpoint import Endpoint
 from .._errors import ConfigError
+from .._knobs import check_count, check_number, check_share
 from ._circuit import Ticket
 from ._record import EndpointState
 from ._selection import Instant, Loads, Picker, Policy, TotalingLoads, ratio
@@ -79,13 +79,6 @@ class PanicMode(enum.Enum):
     """Refuse: ``acquire`` raises :class:`NoEligibleEndpoints` (reason PANIC)."""
 
 
-def _check_fraction(knob: str, value: float, *, low: float, high: float, low_open: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ConfigError(knob, f"must be a number, got {value!r}")
-    if value > high or value < low or (low_open and value == low):
-        raise ConfigError(knob, f"must be in {'(' if low_open else '['}{low}, {high}], got {value!r}")
-
-
 @attrs.frozen(kw_only=True)
 class Panic:
     """Opt-in panic routing: ``LoadBalancer(panic=Panic(threshold=0.5, mode=PanicMode.USE_ALL))``.
@@ -105,7 +98,7 @@ class Panic:
 
     @threshold.validator
     def _check_threshold(self, attribute: object, value: float) -> None:
-        _check_fraction("Panic.threshold", value, low=0.0, high=1.0, low_open=True)
+        check_share("Panic.threshold", value, low_open=True)
 
     @mode.validator
     def _check_mode(self, attribute: object, value: PanicMode) -> None:
@@ -134,7 +127,7 @@ class Routing:
 
     @overprovisioning_factor.validator
     def _check_factor(self, attribute: object, value: float) -> None:
-        _check_fraction("Routing.overprovisioning_factor", value, low=1.0, high=100.0, low_open=False)
+        check_number("Routing.overprovisioning_factor", value, low=1.0, high=100.0)
 
     @local_zone.validator
     def _check_zone(self, attribute: object, value: str | None) -> None:
@@ -143,8 +136,7 @@ class Routing:
 
     @max_total_weight.validator
     def _check_max_weight(self, attribute: object, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOTAL_WEIGHT:
-            raise ConfigError("Routing.max_total_weight", f"must be an int in [1, 2**53], got {value!r}")
+        check_count("Routing.max_total_weight", value, maximum=MAX_TOTAL_WEIGHT)
 
 
 @attrs.frozen
@@ -665,3 +657,35 @@ class Router:
             if u < route[0]:
                 return route
         return routes[-1]
+
+
+def pick_in(
+    scope: Scope, key: Hashable | None, exclude: Collection[str], unit: Callable[[], float]
+) -> EndpointState | None:
+    """Pick in ``scope`` outside ``exclude``, or None if every candidate is excluded.
+
+    A picker with its own ``pick_excluding`` is asked directly; otherwise the policy
+    draws a few times, then (rarely) a weighted random draw over the rest decides.
+    """
+    candidates = scope.candidates
+    picker = scope.picker
+    native = getattr(picker, "pick_excluding", None)
+    if native is not None:
+        found: EndpointState | None = native(candidates, scope.view, key, exclude)
+        return found
+    pick = picker.pick
+    view = scope.view
+    for _ in range(2 * len(exclude) + 2):
+        state = pick(candidates, view, key)
+        if state.endpoint.id not in exclude:
+            return state
+    rest = [s for s in candidates if s.endpoint.id not in exclude]
+    if not rest:
+        return None
+    # Rare: the policy kept drawing excluded endpoints. Weighted random over the rest.
+    target = int(unit() * sum(s.endpoint.weight for s in rest))
+    for state in rest:
+        target -= state.endpoint.weight
+        if target < 0:
+            return state
+    return rest[-1]

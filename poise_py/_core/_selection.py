@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, SupportsIndex, TypeAlias
 import attrs
 
 from .._errors import CapacityOverflow, ConfigError
+from .._knobs import check_count, check_number
 from ._maglev import MaglevTable, is_prime, key_hash
 from ._weights import STRIDE_SCALE, PackedSchedule, WeightBuckets, WeightClasses
 
@@ -119,15 +120,6 @@ class Policy(Protocol):
 
     def bind(self, rng: random.Random) -> Picker:
         """Return a fresh picker using ``rng``."""
-
-
-def _check_number(knob: str, value: float, *, low: float, high: float, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ConfigError(knob, f"must be a number, got {value!r}")
-    if value < low or value > high or (low_open and value == low):
-        bracket = "(" if low_open else "["
-        raise ConfigError(knob, f"must be in {bracket}{low}, {high}], got {value!r}")
-    return float(value)
 
 
 def _two(unit: Callable[[], float], n: int) -> tuple[int, int]:
@@ -287,7 +279,7 @@ class PowerOfTwoChoices:
 
     @bias.validator
     def _check_bias(self, attribute: object, value: float) -> None:
-        _check_number("PowerOfTwoChoices.bias", value, low=0.0, high=16.0)
+        check_number("PowerOfTwoChoices.bias", value, low=0.0, high=16.0)
 
     def bind(self, rng: random.Random) -> Picker:
         """Return a power-of-two-choices picker."""
@@ -398,11 +390,11 @@ class PeakEwma:
 
     @default_rtt.validator
     def _check_rtt(self, attribute: object, value: float) -> None:
-        _check_number("PeakEwma.default_rtt", value, low=0.0, high=3600.0)
+        check_number("PeakEwma.default_rtt", value, low=0.0, high=3600.0)
 
     @decay.validator
     def _check_decay(self, attribute: object, value: float) -> None:
-        _check_number("PeakEwma.decay", value, low=0.0, high=86400.0, low_open=True)
+        check_number("PeakEwma.decay", value, low=0.0, high=86400.0, low_open=True)
 
     def bind(self, rng: random.Random) -> Picker:
         """Return a peak-EWMA picker."""
@@ -484,15 +476,14 @@ class ConsistentHash:
 
     @table_size.validator
     def _check_table_size(self, attribute: object, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not 7 <= value <= 1 << 26:
-            raise ConfigError("ConsistentHash.table_size", f"must be an int in [7, 2**26], got {value!r}")
+        check_count("ConsistentHash.table_size", value, minimum=7, maximum=1 << 26)
         if not is_prime(value):
             raise ConfigError("ConsistentHash.table_size", f"must be prime (Maglev), got {value!r}")
 
     @balance_factor.validator
     def _check_balance(self, attribute: object, value: float | None) -> None:
         if value is not None:
-            _check_number("ConsistentHash.balance_factor", value, low=1.0, high=1000.0)
+            check_number("ConsistentHash.balance_factor", value, low=1.0, high=1000.0)
 
     @property
     def tracks_load(self) -> bool:

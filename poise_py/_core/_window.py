@@ -1,4 +1,4 @@
-"""Outcome windows that forget.
+"""Outcome windows that forget (pure core: ``now`` comes in, nothing is read).
 
 A window holds the recent outcomes of one endpoint's calls in the CLOSED state and
 answers three questions: how many (the volume), how many failed, how many were slow.
@@ -18,8 +18,7 @@ from typing import Protocol
 
 import attrs
 
-from .._endpoint import check_duration
-from .._errors import ConfigError
+from .._knobs import check_count, check_duration
 
 FAILED = 1
 SLOW = 2
@@ -45,8 +44,7 @@ class CountWindow:
     size: int = 100
 
     def __attrs_post_init__(self) -> None:
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or not 1 <= self.size <= 1_000_000:
-            raise ConfigError("CountWindow.size", f"must be an int in [1, 1000000], got {self.size!r}")
+        check_count("CountWindow.size", self.size, maximum=1_000_000)
 
     def build(self) -> Window:
         """Return a fresh window of this shape."""
@@ -62,8 +60,7 @@ class TimeWindow:
 
     def __attrs_post_init__(self) -> None:
         check_duration("TimeWindow.duration", self.duration)
-        if isinstance(self.buckets, bool) or not isinstance(self.buckets, int) or not 1 <= self.buckets <= 10_000:
-            raise ConfigError("TimeWindow.buckets", f"must be an int in [1, 10000], got {self.buckets!r}")
+        check_count("TimeWindow.buckets", self.buckets, maximum=10_000)
 
     def build(self) -> Window:
         """Return a fresh window of this shape."""

@@ -11,8 +11,9 @@ from typing import TypeAlias
 import anyio
 
 from .._core._updates import Snapshot, Update
-from .._endpoint import Endpoint, check_duration
+from .._endpoint import Endpoint
 from .._errors import ConfigError
+from .._knobs import check_count, check_duration
 
 logger = logging.getLogger("poise_py")
 
@@ -91,8 +92,7 @@ class DnsDiscovery:
         resolver: Resolver | None = None,
     ) -> None:
         check_host(host)
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ConfigError("port", f"must be an int in [0, 65535], got {port!r}")
+        check_count("port", port, minimum=0, maximum=65535)
         if family not in (socket.AF_UNSPEC, socket.AF_INET, socket.AF_INET6):
             raise ConfigError("family", f"must be AF_UNSPEC, AF_INET or AF_INET6, got {family!r}")
         if resolver is not None and not callable(resolver):

@@ -34,8 +34,9 @@ from typing import Any, TypeAlias
 import anyio
 
 from .._core._updates import Snapshot, Update
-from .._endpoint import Endpoint, check_duration
+from .._endpoint import Endpoint
 from .._errors import ConfigError, EndpointsFileError
+from .._knobs import check_count, check_duration
 
 logger = logging.getLogger("poise_py")
 
@@ -286,8 +287,7 @@ class FileDiscovery:
             raise ConfigError("format", f"must be 'json' or 'toml', got {fmt!r}")
         if on_error is not None and not callable(on_error):
             raise ConfigError("on_error", f"must be callable, got {on_error!r}")
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ConfigError("max_bytes", f"must be an int >= 1 (bytes), got {max_bytes!r}")
+        check_count("max_bytes", max_bytes, why="bytes")
         self.format = fmt
         self.max_bytes = max_bytes
         self._on_error = on_error

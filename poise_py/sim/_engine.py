@@ -43,6 +43,7 @@ from .._endpoint import Endpoint
 from .._errors import ConfigError, NoEligibleEndpoints, SelectionError
 from .._events import BalancerEvent, CircuitClosed, CircuitOpened, EndpointEjected
 from .._faults import Fault
+from .._knobs import check_count, check_number
 from .._permit import Permit
 from .._snapshot import EndpointSnapshot
 from ._models import EndpointModel
@@ -102,8 +103,7 @@ class Traffic:
     def __attrs_post_init__(self) -> None:
         for name in ("rps", "duration", "timeout", "sample_interval"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-                raise ConfigError(f"traffic.{name}", f"must be a finite number > 0, got {value!r}")
+            check_number(f"traffic.{name}", value, low=0.0, low_open=True)
         if self.rps * self.duration > MAX_REQUESTS:
             raise ConfigError(
                 "traffic.rps",
@@ -114,8 +114,7 @@ class Traffic:
                 "traffic.sample_interval", f"at most {MAX_SAMPLES:,} samples per run; use a longer interval"
             )
         attempts = self.attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 100:
-            raise ConfigError("traffic.attempts", f"must be an int in [1, 100], got {attempts!r}")
+        check_count("traffic.attempts", attempts, maximum=100)
 
 
 MAX_REQUESTS = 10_000_000

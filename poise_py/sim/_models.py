@@ -17,6 +17,7 @@ import attrs
 
 from .._errors import ConfigError
 from .._faults import Fault
+from .._knobs import check_count
 from ._observe import GrpcStatus, HttpStatus, Observation, Refused, Stated, Throttled, Timeout
 
 _PERMANENT_GRPC = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
@@ -120,8 +121,7 @@ class RateLimit:
     retry_after: float = 1.0
 
     def __attrs_post_init__(self) -> None:
-        if isinstance(self.rps, bool) or not isinstance(self.rps, int) or not 1 <= self.rps <= 1_000_000:
-            raise ConfigError("rate_limit.rps", f"must be an int in [1, 1000000], got {self.rps!r}")
+        check_count("rate_limit.rps", self.rps, maximum=1_000_000)
         if not 0 <= self.retry_after < math.inf:
             raise ConfigError("rate_limit.retry_after", f"must be a finite number >= 0, got {self.retry_after}")
 

@@ -63,6 +63,7 @@ import poise_py as poise
 from .._core._selection import Policy
 from .._errors import ConfigError
 from .._faults import Fault
+from .._knobs import is_number
 from ._engine import Configuration, DiscoverySpec, Fleet, Reporting, Traffic
 from ._models import EndpointModel, Flap, Latency, Phase, RateLimit
 from ._observe import (
@@ -209,7 +210,7 @@ class _Table:
         value = self.raw(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not is_number(value):
             raise ConfigError(self.at(key), f"must be a number, got {_show(value)}")
         try:
             number = float(value)
@@ -224,7 +225,7 @@ class _Table:
         value = self.raw(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_number(value) or not isinstance(value, int):
             raise ConfigError(self.at(key), f"must be an integer, got {_show(value)}")
         if not low <= value <= high:
             raise ConfigError(self.at(key), f"must be in [{low}, {high}], got {_show(value)}")

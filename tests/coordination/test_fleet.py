@@ -30,12 +30,19 @@ async def fail(lb: poise.LoadBalancer, *, exclude: tuple[str, ...] = ()) -> str:
 
 
 async def grab_probes(fleet: Fleet, lbs: list[poise.LoadBalancer], *, each: int | None = None) -> list[poise.Permit]:
-    """Every probe permit the balancers get when they ask (held, not reported), ``each`` at most per balancer.
+    """Every probe permit the balancers get when they ask (held, not reported), ``each`` at most per balancer."""
+    return [permit for _, permit in await grab_issued_probes(fleet, lbs, each=each)]
+
+
+async def grab_issued_probes(
+    fleet: Fleet, lbs: list[poise.LoadBalancer], *, each: int | None = None
+) -> list[tuple[poise.LoadBalancer, poise.Permit]]:
+    """Like :func:`grab_probes`, each probe with the balancer that issued it.
 
     Leases follow demand: a refused acquire is demand, and the sync after it leases a slot
     for it, which the next acquire takes.
     """
-    probes: list[poise.Permit] = []
+    probes: list[tuple[poise.LoadBalancer, poise.Permit]] = []
     for lb in lbs:
         mine = 0
         while each is None or mine < each:
@@ -48,7 +55,7 @@ async def grab_probes(fleet: Fleet, lbs: list[poise.LoadBalancer], *, each: int 
                     break
                 continue
             assert permit.probe, "a closed permit while the fleet is half-open"
-            probes.append(permit)
+            probes.append((lb, permit))
             mine += 1
     return probes
 
@@ -209,9 +216,10 @@ async def test_probe_successes_are_counted_fleet_wide_before_the_circuit_closes(
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        probes = await grab_probes(fleet, lbs, each=1)
+        issued = await grab_issued_probes(fleet, lbs, each=1)
+        probes = [permit for _, permit in issued]
         assert len(probes) == 2
-        assert {p._lb for p in probes} == set(lbs)  # one lease each: both had demand
+        assert {issuer for issuer, _ in issued} == set(lbs)  # one lease each: both had demand
         probes[0].succeed()
         await fleet.sync(*lbs)
         record = await fleet.record()
@@ -237,15 +245,15 @@ async def test_a_failed_probe_of_a_round_already_closed_is_stale(fleet: Fleet) -
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        first, second = await grab_probes(fleet, lbs, each=1)
+        (first_lb, first), (second_lb, second) = await grab_issued_probes(fleet, lbs, each=1)
         first.succeed()
-        await fleet.sync(first._lb)
+        await fleet.sync(first_lb)
         assert (await fleet.record()).state is CircuitState.CLOSED
         second.fail(Fault.SUSPECT)  # its balancer has not seen the close yet: a local trip
-        await fleet.sync(second._lb)
+        await fleet.sync(second_lb)
         record = await fleet.record()
         assert record.state is CircuitState.CLOSED, "a result from a finished round reopened the circuit"
-        assert state_of(second._lb) is CircuitState.CLOSED
+        assert state_of(second_lb) is CircuitState.CLOSED
 
 
 async def test_a_round_whose_lease_holder_vanished_lapses_and_starts_afresh(fleet: Fleet) -> None:
@@ -368,8 +376,10 @@ async def test_protocol_1_and_protocol_2_balancers_share_a_fleet_predictably(fle
             await fleet.advance(wait)
             await fleet.sync(lb)  # this one begins the round
             await fleet.sync(old if lb is new else new)
-            (probe,) = await grab_probes(fleet, [lb, old if lb is new else new])  # and has demand first
-            assert probe._lb is lb
+            ((issuer, probe),) = await grab_issued_probes(
+                fleet, [lb, old if lb is new else new]
+            )  # and has demand first
+            assert issuer is lb
             probe.fail(Fault.SUSPECT)
             await fleet.sync(lb)
             await fleet.sync(old, new)

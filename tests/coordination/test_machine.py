@@ -69,7 +69,7 @@ class LeaseMachine(RuleBasedStateMachine):
     def acquire(self, i: int) -> None:
         lb = self.lbs[i]
         try:
-            state, ticket, _, _ = lb._pool.select(self.clock)
+            state, ticket, _, _ = lb._pool.select(self.clock())
         except poise.NoEligibleEndpoints:
             coordinator = lb._coordinator
             assert coordinator is not None

@@ -40,6 +40,7 @@ from poise_py._core._fleet_actions import (
     StorageRegained,
     TripOpen,
 )
+from poise_py._core._listener import NullListener
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
 
@@ -145,11 +146,24 @@ class Ledger:
         return Reply(applied=True, state=self._answer(new, now))
 
 
+class _ToFleet(NullListener):
+    """The pool's reports the fleet core hears, as the balancer's listener passes them on."""
+
+    def __init__(self, member: Member) -> None:
+        self.member = member
+
+    def transition(self, state: EndpointState, transition: Transition) -> None:
+        self.member.core.moved(state, transition)
+
+    def probe_result(self, state: EndpointState) -> None:
+        self.member.core.probe_result(state)
+
+
 class Member:
     """One balancer's pure side: its pool and its fleet core, wired as the balancer wires them."""
 
     def __init__(self, seed: int, *ids: str, sync_interval: float = SYNC) -> None:
-        self.pool = Pool(POLICY, poise.RoundRobin(), random.Random(seed), on_transition=self._moved)
+        self.pool = Pool(POLICY, poise.RoundRobin(), random.Random(seed), listener=_ToFleet(self))
         self.core = FleetCore(
             self.pool,
             POLICY,
@@ -160,11 +174,7 @@ class Member:
             escalation=POLICY.escalation,
             incremental=False,
         )
-        self.pool.on_probe_result = self.core.probe_result
         self.pool.apply(0.0, added=[poise.Endpoint(i) for i in ids or ("a",)])
-
-    def _moved(self, state: EndpointState, transition: Transition) -> None:
-        self.core.moved(state, transition)
 
     def state(self, endpoint_id: str = "a") -> EndpointState:
         return self.pool.members[endpoint_id]
@@ -179,7 +189,7 @@ class Member:
         self.run(ledger, now)
 
     def trip(self, now: float, endpoint_id: str = "a") -> None:
-        state, ticket, _, _ = self.pool.select(lambda: now, exclude=[i for i in self.pool.members if i != endpoint_id])
+        state, ticket, _, _ = self.pool.select(now, exclude=[i for i in self.pool.members if i != endpoint_id])
         self.pool.complete(state, ticket, poise.Fault.SUSPECT, now)
 
 
@@ -311,14 +321,14 @@ def test_a_half_open_round_leases_only_where_there_is_demand() -> None:
     assert ledger.records["a"].state is _H
     assert idle.core.counters.leases == busy.core.counters.leases == 0  # nobody asked yet
     with pytest.raises(poise.NoEligibleEndpoints):
-        busy.pool.select(lambda: now)
+        busy.pool.select(now)
     busy.core.refused(now)
     assert busy.core.wanted  # a waiting round: the refusal asks for a job at once
     busy.core.start_wanted(now)
     assert isinstance(busy.core.operation, LeaseProbe)
     busy.run(ledger, now)
     assert busy.core.counters.leases == 1
-    assert busy.pool.select(lambda: now)[1].probe
+    assert busy.pool.select(now)[1].probe
     assert ledger.records["a"].probes_remaining == 0
 
 
@@ -470,7 +480,7 @@ class FleetMachine(RuleBasedStateMachine):
         m = self.members[i]
         other = "b" if endpoint_id == "a" else "a"
         try:
-            state, ticket, _, _ = m.pool.select(lambda: self.now, exclude=[other])
+            state, ticket, _, _ = m.pool.select(self.now, exclude=[other])
         except poise.NoEligibleEndpoints:
             m.core.refused(self.now)
             return

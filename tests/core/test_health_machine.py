@@ -212,7 +212,7 @@ class HealthMachine(RuleBasedStateMachine):
         _, pool = self._parts()
         others = [i for i in IDS if i != endpoint_id]
         try:
-            state, ticket, _, _ = pool.select(lambda: self.now, exclude=others)
+            state, ticket, _, _ = pool.select(self.now, exclude=others)
         except poise.SelectionError:
             return
         pool.complete(state, ticket, fault, self.now)

@@ -38,7 +38,7 @@ def traffic(pool: Pool, failing: dict[str, float], calls: int, now: float) -> No
         others = [i for i in pool.members if i != endpoint_id]
         share = failing.get(endpoint_id, 0.0)
         for n in range(calls):
-            state, ticket, _, _ = pool.select(lambda: now, exclude=others)
+            state, ticket, _, _ = pool.select(now, exclude=others)
             if n < round(share * calls):
                 pool.complete(state, ticket, Fault.SUSPECT, now)
             else:
@@ -123,7 +123,7 @@ def test_a_success_rate_ejection_recovers_through_its_half_open_probe() -> None:
     pool.handle_timer(10.0)
     state = pool.members["t0-5"]
     others = [i for i in pool.members if i != "t0-5"]
-    probe = pool.select(lambda: 40.0, exclude=others)
+    probe = pool.select(40.0, exclude=others)
     assert probe[1].probe
     pool.complete(probe[0], probe[1], None, 40.0)
     assert state.circuit.state is CircuitState.CLOSED
@@ -176,7 +176,7 @@ def test_failure_rate_with_minimum_hosts_trips_only_with_enough_hosts_having_the
     assert c.state is CircuitState.CLOSED
     # Now every endpoint has the volume: its next failure trips.
     others = [i for i in pool.members if i != "t0-0"]
-    state, ticket, _, _ = pool.select(lambda: 0.0, exclude=others)
+    state, ticket, _, _ = pool.select(0.0, exclude=others)
     pool.complete(state, ticket, Fault.SUSPECT, 0.0)
     assert c.state is CircuitState.OPEN
 

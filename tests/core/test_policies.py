@@ -21,7 +21,7 @@ from poise_py._core._record import EndpointState
 from poise_py._core._selection import TotalingLoads
 from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
 from tests.support.clocks import FakeClock
-from tests.support.routing import eject, make_pool, run, shares, zero
+from tests.support.routing import eject, make_pool, run, shares
 
 WEIGHTS = {"a": 1, "b": 2, "c": 3, "d": 4}
 WEIGHTED = [poise.Endpoint(i, weight=w) for i, w in WEIGHTS.items()]
@@ -71,7 +71,7 @@ def test_p2c_with_equal_weights_shares_evenly_and_avoids_the_busiest_endpoint() 
     for share in shares(run(pool, 100_000)).values():
         assert share == pytest.approx(0.25, abs=0.02)
     for _ in range(3):  # hold three calls on "a"
-        pool.select(zero, exclude=["b", "c", "d"])
+        pool.select(0.0, exclude=["b", "c", "d"])
     assert pool.members["a"].inflight == 3
     assert "a" not in run(pool, 1000)  # any pair with "a" in it goes to the other
 
@@ -82,10 +82,10 @@ def test_the_same_seed_gives_the_same_picks(policy: poise.Policy) -> None:
         pool = make_pool(policy, [poise.Endpoint(f"e{i}", weight=1 + i % 3) for i in range(20)], seed=3)
         picks = []
         for i in range(300):
-            state, ticket, now, _ = pool.select(zero, f"k{i}")
+            state, ticket, now, _ = pool.select(0.0, f"k{i}")
             picks.append(state.endpoint.id)
             if i % 3:
-                pool.succeed(state, ticket, zero, now)
+                pool.succeed(state, ticket, 0.0, now)
         return picks
 
     assert sequence() == sequence()
@@ -96,9 +96,9 @@ def test_no_policy_picks_an_excluded_endpoint(policy: poise.Policy) -> None:
     pool = make_pool(policy, [poise.Endpoint(f"e{i}", weight=1 + i % 4) for i in range(8)])
     excluded = {"e0", "e3", "e5", "e6"}
     for i in range(500):
-        state, ticket, now, _ = pool.select(zero, f"k{i}", excluded)
+        state, ticket, now, _ = pool.select(0.0, f"k{i}", excluded)
         assert state.endpoint.id not in excluded
-        pool.succeed(state, ticket, zero, now)
+        pool.succeed(state, ticket, 0.0, now)
 
 
 # -- smooth weighted round robin -------------------------------------------------------
@@ -112,9 +112,9 @@ def wrr_sequence(weights: list[int], n: int) -> list[int]:
 def run_order(pool: Pool, n: int) -> list[str]:
     order = []
     for _ in range(n):
-        state, ticket, now, _ = pool.select(zero)
+        state, ticket, now, _ = pool.select(0.0)
         order.append(state.endpoint.id)
-        pool.succeed(state, ticket, zero, now)
+        pool.succeed(state, ticket, 0.0, now)
     return order
 
 
@@ -155,10 +155,6 @@ def test_smooth_wrr_is_exact_per_rotation_and_never_strays_two_from_its_share(we
 def simulate(policy: poise.Policy, *, slow: str, calls: int = 4000) -> dict[str, float]:
     """Arrivals every 2 ms; calls take 10 ms, or 100 ms on ``slow``. Share of picks per endpoint."""
     now = 0.0
-
-    def clock() -> float:
-        return now
-
     pool = Pool(poise.CircuitPolicy(), policy, random.Random(5))
     pool.apply(0.0, added=[poise.Endpoint(i) for i in ("a", "b", "c", "d")])
     finishing: list[tuple[float, int, EndpointState, Ticket, float]] = []
@@ -167,9 +163,9 @@ def simulate(policy: poise.Policy, *, slow: str, calls: int = 4000) -> dict[str,
         arrival = n * 0.002
         while finishing and finishing[0][0] <= arrival:
             now, _, state, ticket, started = heapq.heappop(finishing)
-            pool.succeed(state, ticket, clock, started)
+            pool.succeed(state, ticket, now, started)
         now = arrival
-        state, ticket, started, _ = pool.select(clock)
+        state, ticket, started, _ = pool.select(now)
         counts[state.endpoint.id] += 1
         duration = 0.1 if state.endpoint.id == slow else 0.01
         heapq.heappush(finishing, (now + duration, n, state, ticket, started))
@@ -208,18 +204,18 @@ def test_peak_ewma_retries_a_slow_endpoint_once_its_estimate_has_decayed() -> No
 def test_peak_ewma_feeds_on_every_completed_call_through_the_pool() -> None:
     now = 0.0
     pool = make_pool(poise.PeakEwma(), [poise.Endpoint("a")])
-    state, ticket, started, _ = pool.select(lambda: now)
+    state, ticket, started, _ = pool.select(now)
     now = 0.25
-    pool.succeed(state, ticket, lambda: now, started)
+    pool.succeed(state, ticket, now, started)
     assert (state.ewma, state.ewma_at) == (0.25, 0.25)
-    state, ticket, started, _ = pool.select(lambda: now)
+    state, ticket, started, _ = pool.select(now)
     now = 1.25
     pool.complete(state, ticket, poise.Fault.SUSPECT, now, latency=now - started)
     assert (state.ewma, state.ewma_at) == (1.0, 1.25)  # a returned error is completed work
 
 
 def run_at(pool: Pool, now: float) -> str:
-    state, ticket, _, _ = pool.select(lambda: now)
+    state, ticket, _, _ = pool.select(now)
     pool.cancel(state, ticket)
     return state.endpoint.id
 
@@ -230,7 +226,7 @@ def run_at(pool: Pool, now: float) -> str:
 def owners(pool: Pool, keys: range) -> dict[int, str]:
     found = {}
     for k in keys:
-        state, ticket, _, _ = pool.select(zero, f"key-{k}")
+        state, ticket, _, _ = pool.select(0.0, f"key-{k}")
         pool.cancel(state, ticket)
         found[k] = state.endpoint.id
     return found
@@ -279,7 +275,7 @@ def test_consistent_hash_retry_goes_where_the_key_would_go_without_the_excluded_
     pool.reset_circuit(pool.members["e4"], 0.0)
     for k in range(300):
         if before[k] == "e4":
-            state, ticket, _, _ = pool.select(zero, f"key-{k}", exclude=["e4"])
+            state, ticket, _, _ = pool.select(0.0, f"key-{k}", exclude=["e4"])
             pool.cancel(state, ticket)
             assert state.endpoint.id == without[k]
 
@@ -291,7 +287,7 @@ def test_bounded_load_caps_a_hot_key_at_c_times_the_mean() -> None:
     )
     held = []
     for _ in range(400):  # one hot key, every call still in flight
-        state, ticket, _, _ = pool.select(zero, "hot")
+        state, ticket, _, _ = pool.select(0.0, "hot")
         held.append((state, ticket))
         in_flight = len(held)
         cap = math.ceil(1.25 * in_flight / 4)

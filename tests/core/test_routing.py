@@ -11,7 +11,7 @@ from poise_py import AdminStatus, CircuitState, DecisionMode, IneligibleReason, 
 from poise_py._core._record import MODE_INDEX
 from poise_py._core._routing import TRAFFIC_UNITS, PanicTicket, distribute, health
 from tests.support.clocks import FakeClock
-from tests.support.routing import decisions, eject, make_pool, run, shares, tiered, zero
+from tests.support.routing import decisions, eject, make_pool, run, shares, tiered
 
 HEALTHY, SPILLOVER, PANIC = DecisionMode.HEALTHY, DecisionMode.SPILLOVER, DecisionMode.PANIC
 ENVOY = (7, 5)  # the overprovisioning factor 1.4 as a ratio
@@ -142,11 +142,11 @@ def test_tiers_come_and_go_with_discovery() -> None:
 
 def test_a_retry_excluding_the_whole_first_tier_spills_to_the_next() -> None:
     pool = make_pool(poise.RoundRobin(), tiered(2, 1))
-    state, ticket, _, decision = pool.select(zero, exclude=["t0-0", "t0-1"])
+    state, ticket, _, decision = pool.select(0.0, exclude=["t0-0", "t0-1"])
     assert (state.endpoint.id, decision.mode, decision.tier) == ("t1-0", SPILLOVER, 1)
     pool.cancel(state, ticket)
     with pytest.raises(NoEligibleEndpoints) as info:
-        pool.select(zero, exclude=["t0-0", "t0-1", "t1-0"])
+        pool.select(0.0, exclude=["t0-0", "t0-1", "t1-0"])
     assert info.value.reasons[IneligibleReason.EXCLUDED] == 3
 
 
@@ -222,7 +222,7 @@ def test_panic_is_off_by_default_so_a_dead_single_dependency_fails_fast() -> Non
     pool = make_pool(poise.RoundRobin(), tiered(1))
     eject(pool, "t0-0")
     with pytest.raises(NoEligibleEndpoints) as info:
-        pool.select(zero)
+        pool.select(0.0)
     assert info.value.reasons[IneligibleReason.OPEN] == 1
 
 
@@ -243,13 +243,13 @@ def test_a_panic_permit_on_an_open_circuit_is_counted_but_cannot_close_it() -> N
     epoch = circuit.epoch
     successes = pool.members["t0-0"].successes
     for _ in range(20):
-        state, ticket, now, decision = pool.select(zero)
+        state, ticket, now, decision = pool.select(0.0)
         assert decision.mode is PANIC
         if state.endpoint.id == "t0-0":
             assert type(ticket) is PanicTicket
             assert ticket.epoch == epoch
             assert not ticket.probe
-        pool.succeed(state, ticket, zero, now)
+        pool.succeed(state, ticket, 0.0, now)
     assert circuit.state is CircuitState.OPEN
     assert circuit.epoch == epoch
     assert pool.members["t0-0"].successes == successes + 10
@@ -261,7 +261,7 @@ def test_a_failed_panic_call_does_not_escalate_an_open_circuit() -> None:
     eject(pool, "t0-0")
     circuit = pool.members["t0-0"].circuit
     before = (circuit.state, circuit.epoch, circuit.level, circuit.reopen_at)
-    state, ticket, now, decision = pool.select(zero)
+    state, ticket, now, decision = pool.select(0.0)
     assert decision.mode is PANIC
     pool.complete(state, ticket, poise.Fault.PERMANENT, now)
     assert (circuit.state, circuit.epoch, circuit.level, circuit.reopen_at) == before
@@ -272,10 +272,10 @@ def test_a_panic_pick_of_a_half_open_endpoint_is_a_real_probe() -> None:
     eject(pool, "t0-0")
     reopen_at = pool.members["t0-0"].circuit.reopen_at
     assert reopen_at is not None
-    state, ticket, now, _decision = pool.select(lambda: reopen_at)
+    state, ticket, now, _decision = pool.select(reopen_at)
     assert ticket.probe
     assert type(ticket) is not PanicTicket
-    pool.succeed(state, ticket, lambda: reopen_at, now)
+    pool.succeed(state, ticket, reopen_at, now)
     assert state.circuit.state is CircuitState.CLOSED
 
 
@@ -293,7 +293,7 @@ def test_panic_never_revives_draining_or_disabled_endpoints(status: AdminStatus)
     for i in (3, 4, 5):
         pool.set_admin(f"t0-{i}", AdminStatus.DISABLED)
     with pytest.raises(NoEligibleEndpoints) as info:
-        pool.select(zero)
+        pool.select(0.0)
     reasons = info.value.reasons
     assert (reasons[IneligibleReason.DISABLED], reasons[IneligibleReason.PERMANENT]) == (
         5 if status is AdminStatus.DISABLED else 3,
@@ -330,7 +330,7 @@ def test_fail_closed_panic_refuses_the_panicking_tier_with_reasons() -> None:
     for i in range(3):
         eject(pool, f"t0-{i}")
     with pytest.raises(NoEligibleEndpoints) as info:
-        pool.select(zero)
+        pool.select(0.0)
     reasons = info.value.reasons
     assert reasons[IneligibleReason.OPEN] == 3
     assert reasons[IneligibleReason.PANIC] == 2
@@ -344,7 +344,7 @@ def test_fail_closed_panic_refuses_each_panicking_tier_and_ends_with_combined_he
     unhealthy(pool, *(f"t0-{i}" for i in range(7)), *(f"t1-{i}" for i in range(9)))
     # T0 30% (x 1.4 = 42%), T1 10% (14%): 56% combined, both tiers panicking.
     with pytest.raises(NoEligibleEndpoints) as info:
-        pool.select(zero)
+        pool.select(0.0)
     reasons = info.value.reasons
     assert reasons[IneligibleReason.UNHEALTHY] == 16
     refused_tier = 0 if reasons[IneligibleReason.PANIC] == 3 else 1
@@ -422,7 +422,7 @@ def test_no_eligible_endpoints_counts_every_endpoint_under_one_reason() -> None:
     eject(pool, "t0-3")
     eject(pool, "t0-4", fault=poise.Fault.PERMANENT)
     with pytest.raises(NoEligibleEndpoints) as info:
-        pool.select(zero, exclude=["t0-5", "t0-6"])
+        pool.select(0.0, exclude=["t0-5", "t0-6"])
     reasons = {r: n for r, n in info.value.reasons.items() if n}
     assert reasons == {
         IneligibleReason.DRAINING: 1,

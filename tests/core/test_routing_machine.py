@@ -147,7 +147,7 @@ class RoutingMachine(RuleBasedStateMachine):
     @rule(key=st.integers(0, 50), exclude=st.sets(st.sampled_from(IDS), max_size=4))
     def select(self, key: int, exclude: set[str]) -> None:
         try:
-            state, ticket, _, decision = self.p.select(self.clock, key, exclude)
+            state, ticket, _, decision = self.p.select(self.now, key, exclude)
         except SelectionError:
             return
         assert state.live
@@ -165,7 +165,7 @@ class RoutingMachine(RuleBasedStateMachine):
     def finish(self, data: st.DataObject, outcome: Fault | str | None) -> None:
         state, ticket = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
         if outcome is None:
-            self.p.succeed(state, ticket, self.clock, self.now)
+            self.p.succeed(state, ticket, self.now, self.now)
         elif outcome == "cancel":
             self.p.cancel(state, ticket)
         else:
@@ -182,11 +182,11 @@ class RoutingMachine(RuleBasedStateMachine):
         others = [x for x in self.p.members if x != i]
         for _ in range(times):
             try:
-                state, ticket, _, _ = self.p.select(self.clock, None, others)
+                state, ticket, _, _ = self.p.select(self.now, None, others)
             except SelectionError:
                 return
             if outcome is None:
-                self.p.succeed(state, ticket, self.clock, self.now)
+                self.p.succeed(state, ticket, self.now, self.now)
             else:
                 self.p.complete(state, ticket, outcome, self.now, latency=0.01)
 

@@ -18,7 +18,7 @@ from poise_py._core._circuit import Cause
 from poise_py._core._pool import Pool
 from poise_py._core._routing import TRAFFIC_UNITS
 from tests.support.clocks import FakeClock, static_lb
-from tests.support.routing import make_pool, tiered, zero
+from tests.support.routing import make_pool, tiered
 
 DEGRADED, HEALTHY, SPILLOVER = DecisionMode.DEGRADED, DecisionMode.HEALTHY, DecisionMode.SPILLOVER
 
@@ -31,7 +31,7 @@ def guarded(percent: float = 0.5) -> poise.CircuitPolicy:
 def fail(pool: Pool, endpoint_id: str, fault: Fault = Fault.FATAL, now: float = 0.0) -> None:
     """One call routed to ``endpoint_id`` (every other endpoint excluded) that fails."""
     others = [i for i in pool.members if i != endpoint_id]
-    state, ticket, _, _ = pool.select(lambda: now, exclude=others)
+    state, ticket, _, _ = pool.select(now, exclude=others)
     assert state.endpoint.id == endpoint_id
     pool.complete(state, ticket, fault, now)
 
@@ -48,14 +48,14 @@ def picks(
     ones are cancelled (no outcome), the rest succeed."""
     counts: collections.Counter[tuple[str, DecisionMode]] = collections.Counter()
     for _ in range(n):
-        state, ticket, at, decision = pool.select(lambda: now)
+        state, ticket, at, decision = pool.select(now)
         counts[state.endpoint.id, decision.mode] += 1
         if state.endpoint.id in cancelled:
             pool.cancel(state, ticket)
         elif state.endpoint.id in failing:
             pool.complete(state, ticket, Fault.FATAL, now)
         else:
-            pool.succeed(state, ticket, lambda: now, at)
+            pool.succeed(state, ticket, now, at)
     return counts
 
 
@@ -133,7 +133,7 @@ def test_the_degraded_endpoint_is_ejected_as_soon_as_the_guard_has_room() -> Non
     b = pool.members["t0-1"].circuit
     assert b.degraded
     # t0-0's probe succeeds: it closes, and the guard's room ejects t0-1 at once.
-    state, ticket, _, _ = pool.select(lambda: 10.0, exclude=["t0-1"])
+    state, ticket, _, _ = pool.select(10.0, exclude=["t0-1"])
     assert ticket.probe
     pool.complete(state, ticket, None, 10.0)
     assert pool.members["t0-0"].circuit.state is CircuitState.CLOSED
@@ -152,9 +152,9 @@ def test_a_success_ends_degradation_when_no_trip_condition_holds_any_more() -> N
     b = pool.members["t0-1"].circuit
     assert b.degraded
     assert b.degraded_cause is Cause.CONSECUTIVE_FAILURES
-    state, ticket, at, decision = pool.select(zero)
+    state, ticket, at, decision = pool.select(0.0)
     assert decision.mode is DEGRADED
-    pool.succeed(state, ticket, zero, at)  # the inlined success path must see it
+    pool.succeed(state, ticket, 0.0, at)  # the inlined success path must see it
     assert not b.degraded
     assert pool.degraded_count == 0
     assert pool.members["t0-1"].pos >= 0

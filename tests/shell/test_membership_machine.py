@@ -25,6 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import poise_py as poise
 from poise_py._core._circuit import Ticket
 from poise_py._core._directory import MAX_REVISION
+from poise_py._core._listener import NullListener
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
 from poise_py._membership import Membership
@@ -43,12 +44,22 @@ class Resource:
     closed: int = 0
 
 
+class _IdleListener(NullListener):
+    """Hands an idle endpoint to the membership, as the balancer's listener does."""
+
+    membership: Membership | None = None
+
+    def idle(self, state: EndpointState) -> None:
+        assert self.membership is not None
+        self.membership.idle(state)
+
+
 class MembershipMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.pool = Pool(poise.CircuitPolicy(), poise.RoundRobin(), random.Random(0))
-        self.membership = Membership(self.pool, factory=self.build, close=self.close)
-        self.pool.on_idle = self.membership.idle  # as the balancer wires it
+        listener = _IdleListener()
+        self.pool = Pool(poise.CircuitPolicy(), poise.RoundRobin(), random.Random(0), listener=listener)
+        self.membership = listener.membership = Membership(self.pool, factory=self.build, close=self.close)
         self.fail: frozenset[str] = frozenset()
         self.built: list[Resource] = []
         self.model: dict[str, poise.Endpoint] = {}
@@ -192,7 +203,7 @@ class MembershipMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.pool.available_count > 0)
     @rule()
     def take_permit(self) -> None:
-        state, ticket, _, _ = self.pool.select(self.clock)
+        state, ticket, _, _ = self.pool.select(self.clock())
         self.permits.append((state, ticket))
 
     @precondition(lambda self: bool(self.permits))

@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable, Hashable, Iterable
 
 import poise_py as poise
+from poise_py._core._listener import NullListener
 from poise_py._core._pool import Pool
 from poise_py._core._routing import PanicHook
 
@@ -21,6 +22,16 @@ def zero() -> float:
 
 def _quiet(tier: int, *, started: bool, healthy_share: float) -> None:
     return None
+
+
+class PanicListener(NullListener):
+    """Hands the pool's panic reports to one hook."""
+
+    def __init__(self, hook: PanicHook) -> None:
+        self._hook = hook
+
+    def panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
+        self._hook(tier, started=started, healthy_share=healthy_share)
 
 
 def make_pool(
@@ -40,7 +51,7 @@ def make_pool(
         random.Random(seed),
         routing=routing,
         panic=panic,
-        on_panic=on_panic,
+        listener=PanicListener(on_panic),
     )
     pool.apply(0.0, added=list(eps))
     return pool
@@ -59,9 +70,9 @@ def run(pool: Pool, n: int, *, key: Callable[[int], Hashable] | None = None) -> 
     """Make ``n`` sequential calls that all succeed; count picks per endpoint id."""
     counts: collections.Counter[str] = collections.Counter()
     for i in range(n):
-        state, ticket, now, _ = pool.select(zero, None if key is None else key(i))
+        state, ticket, now, _ = pool.select(0.0, None if key is None else key(i))
         counts[state.endpoint.id] += 1
-        pool.succeed(state, ticket, zero, now)
+        pool.succeed(state, ticket, 0.0, now)
     return counts
 
 
@@ -69,16 +80,16 @@ def decisions(pool: Pool, n: int) -> collections.Counter[tuple[poise.DecisionMod
     """Make ``n`` sequential successful calls; count ``(mode, tier)`` of their decisions."""
     counts: collections.Counter[tuple[poise.DecisionMode, int]] = collections.Counter()
     for _ in range(n):
-        state, ticket, now, decision = pool.select(zero)
+        state, ticket, now, decision = pool.select(0.0)
         counts[decision.mode, decision.tier] += 1
-        pool.succeed(state, ticket, zero, now)
+        pool.succeed(state, ticket, 0.0, now)
     return counts
 
 
 def eject(pool: Pool, endpoint_id: str, now: float = 0.0, fault: poise.Fault = poise.Fault.FATAL) -> None:
     """Open ``endpoint_id``'s circuit (or block it, with PERMANENT) by a fault on a call routed to it."""
     others = [i for i in pool.members if i != endpoint_id]
-    state, ticket, _, _ = pool.select(lambda: now, exclude=others)
+    state, ticket, _, _ = pool.select(now, exclude=others)
     assert state.endpoint.id == endpoint_id
     pool.complete(state, ticket, fault, now)
     expected = poise.CircuitState.BLOCKED if fault is poise.Fault.PERMANENT else poise.CircuitState.OPEN

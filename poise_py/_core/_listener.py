@@ -1,0 +1,67 @@
+"""The pool's one outgoing interface: what it tells the shell, as a typed protocol (pure core).
+
+:class:`~poise_py._core._pool.Pool` reports everything the shell must react to through
+one :class:`PoolListener` handed to it at construction: circuit moves, an endpoint's
+last permit ending, panic episodes, degradation, departures, a newly armed timer and
+probe results that moved nothing. The calls are synchronous and come from inside pool
+operations, so a listener only records or forwards (it must not call back into the
+pool). :class:`NullListener` ignores everything; subclass it to hear only some events.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ._circuit import Transition
+    from ._record import EndpointState
+
+
+class PoolListener(Protocol):
+    """What a :class:`~poise_py._core._pool.Pool` reports, each from a cold path."""
+
+    def transition(self, state: EndpointState, transition: Transition) -> None:
+        """A circuit moved (events, logs, fleet mirroring, the timer's next deadline)."""
+
+    def idle(self, state: EndpointState) -> None:
+        """The last permit of an endpoint that takes no new ones ended (drain waiters)."""
+
+    def panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
+        """A tier started (``started``) or stopped panicking."""
+
+    def degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+        """An endpoint became degraded (``max_ejection_percent`` refused its trip) or stopped."""
+
+    def left(self, state: EndpointState) -> None:
+        """An endpoint left the pool (telemetry folds its counters)."""
+
+    def armed(self) -> None:
+        """A timer deadline appeared that no transition announced (the first outlier evaluation)."""
+
+    def probe_result(self, state: EndpointState) -> None:
+        """A current-epoch probe result moved nothing, or a probe was cancelled (a slot is free)."""
+
+
+class NullListener:
+    """A :class:`PoolListener` that ignores every report; subclass it to hear some."""
+
+    def transition(self, state: EndpointState, transition: Transition) -> None:
+        """Ignore a circuit move."""
+
+    def idle(self, state: EndpointState) -> None:
+        """Ignore an idle endpoint."""
+
+    def panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
+        """Ignore a panic episode."""
+
+    def degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+        """Ignore a degradation change."""
+
+    def left(self, state: EndpointState) -> None:
+        """Ignore a departure."""
+
+    def armed(self) -> None:
+        """Ignore a new deadline."""
+
+    def probe_result(self, state: EndpointState) -> None:
+        """Ignore a probe result."""

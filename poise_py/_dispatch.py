@@ -1,0 +1,151 @@
+"""The shell's two wires to the pure pool (async shell, no awaits here).
+
+:class:`BalancerListener` is the one :class:`~poise_py._core._listener.PoolListener` a
+``LoadBalancer`` hands its pool: it fans each report out to telemetry, the fleet
+coordinator, the timer's wake-up and the drain waiters. :class:`PermitExit` is what every
+:class:`~poise_py.Permit` is given at creation to report its end: the pool, the clock and
+the balancer's verdict on an exception, so a permit reads no other object's private state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ._core._listener import PoolListener
+from ._events import PanicEnded, PanicStarted
+
+if TYPE_CHECKING:
+    import anyio
+
+    from ._coordination._coordinator import Coordinator
+    from ._core._circuit import Ticket, Transition
+    from ._core._pool import Pool
+    from ._core._record import EndpointState
+    from ._faults import Fault
+    from ._membership import Membership
+    from ._telemetry import Telemetry
+
+Verdict = Callable[[BaseException, str], "tuple[Fault, float | None] | None"]
+"""How a permit block left by an exception is recorded: (fault, retry_after), or None to cancel."""
+
+
+class PermitExit:
+    """How a permit's end reaches the pool: one per balancer, shared by all its permits.
+
+    Attributes:
+        pool: the pool the permits were selected from.
+        succeed: the pool's ``succeed(state, ticket, now, started)``; a permit passes 0.0
+            as ``now`` without reading the clock when ``state.circuit.clocked`` is False
+            (the hot path: one call, and one clock read only when the success needs it).
+        clock: the balancer's clock (set again when the balancer starts on a backend).
+        verdict: the balancer's classification of an exception that left a permit block.
+        observer_failed: logs a call observer that raised.
+    """
+
+    __slots__ = ("clock", "observer_failed", "pool", "succeed", "verdict")
+
+    def __init__(
+        self,
+        pool: Pool,
+        clock: Callable[[], float],
+        verdict: Verdict,
+        observer_failed: Callable[[object, Exception], None],
+    ) -> None:
+        self.pool = pool
+        self.succeed = pool.succeed
+        self.clock = clock
+        self.verdict = verdict
+        self.observer_failed = observer_failed
+
+    def finish(
+        self, state: EndpointState, ticket: Ticket, started: float, fault: Fault, retry_after: float | None
+    ) -> None:
+        """Record a fault of tier ``fault``."""
+        now = self.clock()
+        self.pool.complete(state, ticket, fault, now, latency=now - started, retry_after=retry_after)
+
+    def finish_exc(self, state: EndpointState, ticket: Ticket, started: float, exc: BaseException) -> Fault | None:
+        """Record the end of a block left by ``exc``: the classified fault, or (None) a cancellation."""
+        verdict = self.verdict(exc, state.endpoint.id)
+        if verdict is None:
+            self.pool.cancel(state, ticket)
+            return None
+        self.finish(state, ticket, started, verdict[0], verdict[1])
+        return verdict[0]
+
+    def cancel(self, state: EndpointState, ticket: Ticket) -> None:
+        """Release a permit that ended without an outcome."""
+        self.pool.cancel(state, ticket)
+
+    def orphan(self, state: EndpointState, ticket: Ticket) -> None:
+        """Queue a garbage-collected permit's cancellation (safe inside any pool operation)."""
+        self.pool.orphans.append((state, ticket))
+
+
+class BalancerListener(PoolListener):
+    """The balancer's :class:`PoolListener`: fans the pool's reports out to the shell's parts.
+
+    Args:
+        clock: reads the balancer's current clock, to date panic and degradation events.
+        wake: wakes the timer task (a new deadline).
+        drain_waiters: ``LoadBalancer.drained`` callers, by endpoint (shared with it).
+
+    The balancer sets :attr:`telemetry`, :attr:`membership` and :attr:`coordinator` once
+    it has built them (they are built after the pool, which needs the listener).
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        wake: Callable[[], None],
+        drain_waiters: dict[EndpointState, anyio.Event],
+    ) -> None:
+        self.clock = clock
+        self.wake = wake
+        self.drain_waiters = drain_waiters
+        self.telemetry: Telemetry | None = None
+        self.membership: Membership | None = None
+        self.coordinator: Coordinator | None = None
+
+    def transition(self, state: EndpointState, transition: Transition) -> None:
+        """Wake the timer for a new deadline, mirror the move to the fleet, log and emit it."""
+        if transition.reopen_at is not None:
+            self.armed()
+        if self.coordinator is not None:
+            self.coordinator.moved(state, transition)
+        if self.telemetry is not None:
+            self.telemetry.on_transition(state, transition)
+
+    def idle(self, state: EndpointState) -> None:
+        """Wake a drain waiter; release a departed endpoint's resource."""
+        waiter = self.drain_waiters.pop(state, None)
+        if waiter is not None:
+            waiter.set()
+        if not state.live and self.membership is not None:
+            self.membership.idle(state)
+
+    def panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
+        """PanicStarted / PanicEnded (logged by telemetry)."""
+        if self.telemetry is not None:
+            event = PanicStarted if started else PanicEnded
+            self.telemetry.emit(event(at=self.clock(), tier=tier, healthy_share=healthy_share))
+
+    def degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+        """EndpointDegraded / EndpointDegradationEnded."""
+        if self.telemetry is not None:
+            self.telemetry.degraded(state, degraded, self.clock())
+
+    def left(self, state: EndpointState) -> None:
+        """Telemetry folds the departed endpoint's counters."""
+        if self.telemetry is not None:
+            self.telemetry.left(state)
+
+    def armed(self) -> None:
+        """Wake the timer task so it waits for the new deadline."""
+        self.wake()
+
+    def probe_result(self, state: EndpointState) -> None:
+        """Hand a freed leased probe slot back to the fleet."""
+        if self.coordinator is not None:
+            self.coordinator.probe_result(state)

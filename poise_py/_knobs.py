@@ -1,0 +1,115 @@
+"""Knob validation: one check per kind of knob, each raising ``ConfigError(knob, message)``.
+
+Pure (imports nothing async), so the core (``poise_py._core``) and the shell use the same
+checks: a duration in seconds, a share written as a fraction, a number in a range, an
+integer count, a bool, and :func:`optional` for any of them that may be None. The
+messages are the same wherever a knob of the kind appears.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, TypeGuard, TypeVar
+
+from ._errors import ConfigError
+
+T = TypeVar("T")
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    """An int or a float, and not a bool (``True`` is an int to Python, never a number to a knob)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_bool(knob: str, value: object) -> bool:
+    """A bool, exactly (1 and "yes" are refused)."""
+    if not isinstance(value, bool):
+        raise ConfigError(knob, f"must be a bool, got {value!r}")
+    return value
+
+
+def check_duration(knob: str, value: float, *, allow_zero: bool = False) -> float:
+    """A finite number of seconds, > 0 (or >= 0 with ``allow_zero``)."""
+    if not is_number(value):
+        raise ConfigError(knob, f"must be a number of seconds, got {value!r}")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise ConfigError(knob, f"must be finite, got {value!r}")
+    if v < 0 or (v == 0 and not allow_zero):
+        raise ConfigError(knob, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return v
+
+
+def check_share(
+    knob: str,
+    value: float,
+    *,
+    high: float = 1.0,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """A share written as a *fraction* (0.5 means half), in ``[0, high]`` (ends open as asked).
+
+    Every share knob takes a fraction (``docs/knobs.md`` lists them). A value that reads
+    as a percent (past ``high``, up to ``100 * high``) gets an error saying so and giving
+    the fraction to write instead.
+    """
+    low_mark, high_mark = "(" if low_open else "[", ")" if high_open else "]"
+    span = f"{low_mark}0, {high:g}{high_mark}"
+    if not is_number(value) or math.isnan(value):
+        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r}")
+    v = float(value)
+    if v < 0 or (low_open and v == 0) or v > high or (high_open and v == high):
+        hint = ""
+        if high < v <= 100 * high:
+            hint = f": {value!r} looks like a percent; shares are fractions, so write {v / 100:g}"
+        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r}{hint}")
+    return v
+
+
+def check_number(
+    knob: str,
+    value: float,
+    *,
+    low: float = -math.inf,
+    high: float = math.inf,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """A number (not NaN, and finite when ``high`` is infinite) in the range, ends open as asked."""
+    if not is_number(value) or math.isnan(value):
+        raise ConfigError(knob, f"must be a number, got {value!r}")
+    v = float(value)
+    if math.isinf(high):
+        if not (v < math.inf and (v > low if low_open else v >= low)):
+            raise ConfigError(knob, f"must be a finite number {'>' if low_open else '>='} {low:g}, got {value!r}")
+    elif v < low or v > high or (low_open and v == low) or (high_open and v == high):
+        span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ConfigError(knob, f"must be in {span}, got {value!r}")
+    return v
+
+
+def check_count(knob: str, value: int, *, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
+    """An int (not a bool) >= ``minimum``, and <= ``maximum`` if given; ``why`` explains the bound."""
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        span = f">= {minimum}" if maximum is None else f"in [{minimum}, {_power(maximum)}]"
+        raise ConfigError(knob, f"must be an int {span}{f' ({why})' if why else ''}, got {value!r}")
+    return value
+
+
+def _power(n: int) -> str:
+    """``n`` as written in the docs: a large power of two as ``2**k``."""
+    return f"2**{n.bit_length() - 1}" if n >= 1 << 16 and n & (n - 1) == 0 else str(n)
+
+
+def optional(check: Callable[..., T], knob: str, value: Any, **bounds: Any) -> T | None:
+    """``check(knob, value, **bounds)``, or None when ``value`` is None (a knob that may be unset)."""
+    if value is None:
+        return None
+    return check(knob, value, **bounds)

@@ -1,0 +1,70 @@
+"""The circuit's own CLOSED-success fast path, and when it needs the time."""
+
+from __future__ import annotations
+
+import random
+
+import poise_py as poise
+from poise_py import CircuitState, Fault
+from poise_py._core._circuit import Circuit, Ticket
+
+NOW = 100.0
+
+
+def make(**knobs: object) -> Circuit:
+    knobs.setdefault("escalation", poise.Escalation(jitter=0.0))
+    return Circuit(poise.CircuitPolicy(**knobs), random.Random(0).random, NOW)  # type: ignore[arg-type]
+
+
+def closed_ticket(c: Circuit) -> Ticket:
+    got = c.try_acquire(NOW)
+    assert isinstance(got, Ticket)
+    return got
+
+
+def test_a_closed_success_is_recorded_in_place_and_ends_the_failure_run() -> None:
+    c = make()
+    c.record(closed_ticket(c), Fault.SUSPECT, NOW)
+    assert c.consecutive_failures == 1
+    assert c.record_success(closed_ticket(c), NOW, NOW - 0.01)
+    assert c.consecutive_failures == 0
+    assert not c.clocked  # the default circuit never needs the time for a success
+
+
+def test_a_probe_or_a_stale_ticket_is_refused_by_the_fast_path_and_changes_nothing() -> None:
+    c = make(consecutive_failures=1, minimum_volume=1)
+    old = closed_ticket(c)
+    c.record(closed_ticket(c), Fault.SUSPECT, NOW)
+    assert c.state is CircuitState.OPEN
+    assert c.clocked  # not CLOSED: every outcome goes the long way, with the time
+    assert not c.record_success(old, NOW, NOW - 0.01)
+    assert c.stale_results == 0  # the fast path counted nothing; record() will
+    c.handle_timer(NOW + 1000.0)
+    probe = c.try_acquire(NOW + 1000.0)
+    assert isinstance(probe, Ticket)
+    assert probe.probe
+    assert not c.record_success(probe, NOW + 1000.0, NOW + 1000.0 - 0.01)
+    assert c.probes_in_flight == 1
+
+
+def test_a_slow_success_is_left_to_record_and_a_fast_one_is_counted() -> None:
+    c = make(slow_call_rate=0.5, slow_call_duration=1.0, minimum_volume=1)
+    assert c.clocked
+    assert c.record_success(closed_ticket(c), NOW, NOW - 0.5)
+    assert not c.record_success(closed_ticket(c), NOW, NOW - 2.0)
+    assert c.window_counts(NOW) == (1, 0, 0)
+
+
+def test_a_time_window_needs_the_time_for_every_success() -> None:
+    c = make(failure_rate=0.5, window=poise.TimeWindow(duration=10.0))
+    assert c.clocked
+    assert c.record_success(closed_ticket(c), NOW, NOW - 0.01)
+    assert c.window_counts(NOW)[0] == 1
+    assert c.window_counts(NOW + 60.0)[0] == 0  # recorded at NOW, so it has been forgotten
+
+
+def test_time_every_success_sends_every_success_the_long_way() -> None:
+    c = make()
+    c.time_every_success()
+    assert c.clocked
+    assert not c.record_success(closed_ticket(c), NOW, NOW - 0.01)
