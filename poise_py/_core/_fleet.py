@@ -126,6 +126,8 @@ class _Link:
     """This balancer's call count when it first saw the round (see ``FleetCore._activity``)."""
     granted_at: float | None = None
     """When the core last granted this circuit a leased slot."""
+    attempted: int = -1
+    """The shared version whose due round a timed job last tried to begin (see ``next_deadline``)."""
     release: bool = False
     """A probe ended (or was cancelled): hand free slots back at the next settle."""
     problem: str | None = None
@@ -256,8 +258,12 @@ class FleetCore:
     def next_deadline(self) -> float | None:
         """When :meth:`handle_timer` has something to do; None before :meth:`start`, or while a job runs or is wanted.
 
-        A deadline the last timed job could not act on (it is still due after it ran) is
-        retried at the next poll, so a due deadline never asks for the timer in a loop.
+        A shared deadline that is due is reported at once, so a balancer begins a round as
+        soon as its deadline passes, also when the storage's answer to an attempt brought
+        a newer record whose deadline has passed too (a lapsed round seen through a stale
+        version). Only a deadline the last timed job already tried, at the shared version
+        the balancer still holds, waits for news: a new version, or the next poll, which
+        tries again. So a due deadline never asks for the timer in a loop.
         """
         if not self._started or self._job is not None or self._wanted:
             return None
@@ -273,8 +279,9 @@ class FleetCore:
                     and deadline < wakeup
                     and view is not None
                     and view.state is not _C
+                    and state.live
                     and state.circuit.epoch == link.epoch
-                    and (ran is None or deadline > ran)
+                    and (ran is None or deadline > ran or link.attempted != view.version)
                 ):
                     wakeup = deadline
                 granted = link.granted_at
@@ -520,6 +527,7 @@ class FleetCore:
             now = self._now
             if timers and link.deadline is not None and now >= link.deadline:  # a round is due, or lapsed
                 epoch = c.epoch
+                link.attempted = view.version
                 reply = yield from self._reply(
                     BeginHalfOpen(
                         state.id,

@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import poise_py as poise
 from poise_py import AdminStatus, CircuitState, SharedState
 from poise_py._coordination._protocol import OpenWait, ProbeReport, Reply
-from poise_py._core._circuit import Ticket, Transition
+from poise_py._core._circuit import Cause, Ticket, Transition
 from poise_py._core._fleet import FleetCore
 from poise_py._core._fleet_actions import (
     BeginHalfOpen,
@@ -353,6 +353,58 @@ def test_an_endpoint_excluded_here_never_leases_and_hands_back_its_free_slot() -
     member.core.refused(now)
     member.core.begin(now, poll=False, timers=False)
     assert member.core.operation is None  # no lease for an endpoint this balancer drains
+
+
+def test_a_lapsed_round_a_timed_job_learns_of_through_a_stale_version_begins_at_once() -> None:
+    """A balancer that sits the episode out (an active check passed here, so its circuit
+    stays CLOSED and mirrors nothing) still begins the fleet's due rounds. Its timed job
+    tries with the version it last saw; the storage answers with a newer round that has
+    lapsed already. That answer is news: the balancer begins the fresh round at once, as
+    the coordinator always did, not a whole sync_interval later at its next poll."""
+    ledger = Ledger()
+    first = started(ledger, seed=0)
+    late = started(ledger, seed=1, sync_interval=100_000.0)  # it will not poll meanwhile
+    state = late.state()
+    passed = Transition(source=_O, target=_C, cause=Cause.HEALTH_CHECK_PASSED, epoch=state.circuit.epoch, at=0.5)
+    late.core.moved(state, passed)
+    late.core.start_wanted(0.5)
+    late.run(ledger, 0.5)
+    now = half_open_round(ledger, first, late)  # OPEN v1, due at 6.0; "late" holds v1
+    assert state.circuit.state is _C
+    first.core.handle_timer(now)
+    first.core.start_wanted(now)
+    first.run(ledger, now)  # the round v2, its leases lapsing at now + LEASE
+    lapsed = now + LEASE + 1.0
+    late.core.handle_timer(lapsed)
+    assert late.core.start_wanted(lapsed)
+    assert late.core.operation == BeginHalfOpen("a", expected_version=1, permitted=1, lease=LEASE)
+    late.run(ledger, lapsed)  # refused: the record is the lapsed round v2 by now
+    assert late.core.mirrored_version(state) == 2
+    assert not late.core.wanted
+    assert late.core.next_deadline() == lapsed  # due now, on the storage's answer
+    late.core.handle_timer(lapsed)
+    assert late.core.start_wanted(lapsed)
+    assert late.core.operation == BeginHalfOpen("a", expected_version=2, permitted=1, lease=LEASE)
+    late.run(ledger, lapsed)
+    assert (ledger.records["a"].state, ledger.records["a"].version) == (_H, 3)
+    deadline = late.core.next_deadline()
+    assert deadline is not None
+    assert deadline > lapsed  # acted on: nothing is due any more
+
+
+def test_a_due_round_the_storage_still_refuses_waits_for_news_instead_of_firing_in_a_loop() -> None:
+    """The storage refuses a due round and says nothing new (the same version, no time
+    left): the timer does not fire again at once; the next poll retries."""
+    ledger = Ledger()
+    member = started(ledger, sync_interval=60.0)
+    now = half_open_round(ledger, member)  # OPEN v1, due at 6.0; the next poll at 60.0
+    member.core.handle_timer(now)
+    assert member.core.start_wanted(now)
+    assert isinstance(member.core.operation, BeginHalfOpen)
+    refused = Reply(applied=False, state=attrs.evolve(ledger.records["a"], storage_time=now, reopen_at=now))
+    member.core.complete(now, refused)
+    assert member.core.operation is None
+    assert member.core.next_deadline() == 60.0  # the next poll, not the refused deadline
 
 
 def test_no_deadline_is_reported_while_a_job_runs_and_a_due_timer_asks_for_one_job() -> None:
