@@ -6,61 +6,13 @@ redis-server (see tests/support/coordination.py for how time moves and syncs are
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import poise_py as poise
 from poise_py import CircuitState, Fault
-from tests.support.coordination import REAL_CLOCK_BACKENDS, Fleet, open_wait
+from tests.support.coordination import Fleet, fail, grab_held_probes, grab_probes, open_wait, state_of, stats
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=REAL_CLOCK_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
-
-
-async def fail(lb: poise.LoadBalancer, *, exclude: tuple[str, ...] = ()) -> str:
-    """One SUSPECT call through ``lb``; returns the endpoint it went to."""
-    permit = lb.acquire(exclude=exclude)
-    permit.fail(Fault.SUSPECT)
-    return permit.endpoint.id
-
-
-async def grab_probes(fleet: Fleet, lbs: list[poise.LoadBalancer], *, each: int | None = None) -> list[poise.Permit]:
-    """Every probe permit the balancers get when they ask (held, not reported), ``each`` at most per balancer.
-
-    Leases follow demand: a refused acquire is demand, and the sync after it leases a slot
-    for it, which the next acquire takes.
-    """
-    probes: list[poise.Permit] = []
-    for lb in lbs:
-        mine = 0
-        while each is None or mine < each:
-            try:
-                permit = lb.acquire()
-            except poise.NoEligibleEndpoints:
-                before = stats(lb).leases
-                await fleet.sync(lb)
-                if stats(lb).leases == before:
-                    break
-                continue
-            assert permit.probe, "a closed permit while the fleet is half-open"
-            probes.append(permit)
-            mine += 1
-    return probes
-
-
-def state_of(lb: poise.LoadBalancer, endpoint_id: str = "a") -> CircuitState:
-    return lb.snapshot()[endpoint_id].state
-
-
-def stats(lb: poise.LoadBalancer) -> poise.CoordinationStatistics:
-    s = lb.coordination_statistics()
-    assert s is not None
-    return s
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock]
 
 
 async def test_acquire_on_a_closed_circuit_never_touches_the_storage(fleet: Fleet) -> None:
@@ -209,9 +161,10 @@ async def test_probe_successes_are_counted_fleet_wide_before_the_circuit_closes(
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        probes = await grab_probes(fleet, lbs, each=1)
+        held = await grab_held_probes(fleet, lbs, each=1)
+        probes = [permit for _, permit in held]
         assert len(probes) == 2
-        assert {p._lb for p in probes} == set(lbs)  # one lease each: both had demand
+        assert {lb for lb, _ in held} == set(lbs)  # one lease each: both had demand
         probes[0].succeed()
         await fleet.sync(*lbs)
         record = await fleet.record()
@@ -237,15 +190,15 @@ async def test_a_failed_probe_of_a_round_already_closed_is_stale(fleet: Fleet) -
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        first, second = await grab_probes(fleet, lbs, each=1)
+        (first_lb, first), (second_lb, second) = await grab_held_probes(fleet, lbs, each=1)
         first.succeed()
-        await fleet.sync(first._lb)
+        await fleet.sync(first_lb)
         assert (await fleet.record()).state is CircuitState.CLOSED
         second.fail(Fault.SUSPECT)  # its balancer has not seen the close yet: a local trip
-        await fleet.sync(second._lb)
+        await fleet.sync(second_lb)
         record = await fleet.record()
         assert record.state is CircuitState.CLOSED, "a result from a finished round reopened the circuit"
-        assert state_of(second._lb) is CircuitState.CLOSED
+        assert state_of(second_lb) is CircuitState.CLOSED
 
 
 async def test_a_round_whose_lease_holder_vanished_lapses_and_starts_afresh(fleet: Fleet) -> None:
@@ -367,8 +320,8 @@ async def test_protocol_1_and_protocol_2_balancers_share_a_fleet_predictably(fle
             await fleet.advance(wait)
             await fleet.sync(lb)  # this one begins the round
             await fleet.sync(old if lb is new else new)
-            (probe,) = await grab_probes(fleet, [lb, old if lb is new else new])  # and has demand first
-            assert probe._lb is lb
+            ((holder, probe),) = await grab_held_probes(fleet, [lb, old if lb is new else new])  # and has demand first
+            assert holder is lb
             probe.fail(Fault.SUSPECT)
             await fleet.sync(lb)
             await fleet.sync(old, new)

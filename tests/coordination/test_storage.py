@@ -17,17 +17,12 @@ import poise_py as poise
 from poise_py import CircuitState
 from poise_py._coordination._lua import PRELUDE
 from poise_py._coordination._protocol import FAILED_ROUNDS_CAP
-from tests.support.coordination import REAL_CLOCK_BACKENDS, Fleet, RedisFleet, open_wait
+from tests.support.coordination import Fleet, RedisFleet, open_wait
 from tests.support.redis_server import RedisServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock]
 
 WAIT = poise.OpenWait(escalation=poise.Escalation(base=30.0, maximum=300.0, jitter=0.0))
-
-
-@pytest.fixture(params=REAL_CLOCK_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
 
 
 async def open_round(storage: poise.Storage, fleet: Fleet, *, permitted: int = 1) -> poise.SharedState:
@@ -272,7 +267,7 @@ escalations = st.builds(
 )
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
+@pytest.mark.backends("trio")
 @settings(max_examples=300, deadline=None)
 @given(esc=escalations, n=st.one_of(st.integers(0, 80), st.integers(0, FAILED_ROUNDS_CAP)))
 async def test_the_lua_window_is_the_cores_window_bit_for_bit(
@@ -284,7 +279,7 @@ async def test_the_lua_window_is_the_cores_window_bit_for_bit(
     assert math.isfinite(got)
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
+@pytest.mark.backends("trio")
 async def test_no_count_and_no_configuration_wedges_a_shared_circuit_open(
     anyio_backend: Any, redis_server: RedisServer
 ) -> None:
@@ -315,7 +310,7 @@ async def test_no_count_and_no_configuration_wedges_a_shared_circuit_open(
         assert open_wait(tripped.state) == pytest.approx(300.0, abs=1e-3)
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
+@pytest.mark.backends("trio")
 async def test_redis_refuses_a_wait_no_escalation_could_produce(anyio_backend: Any, redis_server: RedisServer) -> None:
     fleet = RedisFleet(redis_server)
     async with fleet:
