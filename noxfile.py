@@ -68,7 +68,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHONS)
 def coverage(session: nox.Session) -> None:
     """The suite under pytest-cov: prints the report, fails under ``fail_under``."""
-    if not isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv):
+    if session.venv_backend != "none":  # never install into the environment --no-venv runs in
         session.install("-e", ".[dev]")
     session.run("python", "-m", "pytest", "--cov", *session.posargs)
 

@@ -10,7 +10,6 @@ as "within one ``sync_interval``" are virtual-time ``fail_after`` scopes.
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import AsyncIterator
 
 import anyio
@@ -32,8 +31,8 @@ POLICY = poise.CircuitPolicy(
 )
 
 
-STORAGE_OF: weakref.WeakKeyDictionary[poise.LoadBalancer, poise.Storage] = weakref.WeakKeyDictionary()
-"""The storage each balancer of a :func:`fleet` shares (its ``Coordination.storage``)."""
+STORAGE_OF: dict[poise.LoadBalancer, poise.Storage] = {}
+"""The storage each balancer of a running :func:`fleet` shares (its ``Coordination.storage``)."""
 
 
 @contextlib.asynccontextmanager
@@ -54,9 +53,12 @@ async def fleet(
             )
             for i in range(n)
         ]
-        for lb in lbs:
-            STORAGE_OF[lb] = shared.storage
-        yield lbs
+        STORAGE_OF.update(dict.fromkeys(lbs, shared.storage))
+        try:
+            yield lbs
+        finally:
+            for lb in lbs:
+                del STORAGE_OF[lb]
 
 
 def stats(lb: poise.LoadBalancer) -> poise.CoordinationStatistics:

@@ -271,7 +271,7 @@ escalations = st.builds(
 @settings(max_examples=300, deadline=None)
 @given(esc=escalations, n=st.one_of(st.integers(0, 80), st.integers(0, FAILED_ROUNDS_CAP)))
 async def test_the_lua_window_is_the_cores_window_bit_for_bit(
-    anyio_backend: Any, redis_server: RedisServer, esc: poise.Escalation, n: int
+    redis_server: RedisServer, esc: poise.Escalation, n: int
 ) -> None:
     got = await lua_window(redis_server, n, esc)
     assert got == esc.window(n)
@@ -280,9 +280,7 @@ async def test_the_lua_window_is_the_cores_window_bit_for_bit(
 
 
 @pytest.mark.backends("trio")
-async def test_no_count_and_no_configuration_wedges_a_shared_circuit_open(
-    anyio_backend: Any, redis_server: RedisServer
-) -> None:
+async def test_no_count_and_no_configuration_wedges_a_shared_circuit_open(redis_server: RedisServer) -> None:
     """Seed 002's design A without a clamp: multiplier ** count overflows; here it is capped."""
     extreme = [
         poise.Escalation(base=1e-3, maximum=1e9, multiplier=1e3, jitter=0.0),
@@ -311,7 +309,7 @@ async def test_no_count_and_no_configuration_wedges_a_shared_circuit_open(
 
 
 @pytest.mark.backends("trio")
-async def test_redis_refuses_a_wait_no_escalation_could_produce(anyio_backend: Any, redis_server: RedisServer) -> None:
+async def test_redis_refuses_a_wait_no_escalation_could_produce(redis_server: RedisServer) -> None:
     fleet = RedisFleet(redis_server)
     async with fleet:
         storage = await fleet.storage()

@@ -179,7 +179,9 @@ def test_illegal_move_raises_and_changes_nothing() -> None:
     c = make()
     before = (c.state, c.epoch, c.reopen_at)
     with pytest.raises(LocalProtocolError):
-        c._move(Cause.PROBE_SUCCEEDED, NOW)
+        c.adopt(CircuitState.CLOSED, NOW)  # CLOSED --shared_closed--> is not in TRANSITIONS
+    with pytest.raises(LocalProtocolError):
+        c.adopt(CircuitState.BLOCKED, NOW)  # nor is any adoption of BLOCKED
     assert (c.state, c.epoch, c.reopen_at) == before
 
 

@@ -192,7 +192,7 @@ def test_failure_rate_without_minimum_hosts_trips_alone() -> None:
 
 @pytest.mark.anyio
 @pytest.mark.backends("trio")
-async def test_the_balancers_own_timer_runs_the_evaluation_without_any_call(anyio_backend: object) -> None:
+async def test_the_balancers_own_timer_runs_the_evaluation_without_any_call() -> None:
     # The backend's clock (an autojumping MockClock): only the balancer's timer task can
     # notice the deadline, since nothing selects after the traffic.
     opened: list[poise.CircuitOpened] = []

@@ -25,7 +25,7 @@ def write_json(path: Path, *ids: str) -> None:
 
 
 @pytest.mark.backends("trio")
-async def test_a_balancer_follows_an_edited_then_corrupted_then_fixed_file(anyio_backend: Any, tmp_path: Path) -> None:
+async def test_a_balancer_follows_an_edited_then_corrupted_then_fixed_file(tmp_path: Path) -> None:
     path = tmp_path / "endpoints.json"
     write_json(path, "a", "b")
     errors: list[tuple[poise.EndpointsFileError, set[str]]] = []
@@ -78,7 +78,7 @@ async def until(predicate: Callable[[], bool]) -> None:
 
 
 @pytest.mark.backends("trio")
-async def test_a_formatting_only_edit_publishes_no_revision(anyio_backend: Any, tmp_path: Path) -> None:
+async def test_a_formatting_only_edit_publishes_no_revision(tmp_path: Path) -> None:
     path = tmp_path / "endpoints.json"
     path.write_text('["10.0.0.1:80"]')
     source = poise.FileDiscovery(path, interval=1.0)
@@ -98,7 +98,7 @@ async def test_a_formatting_only_edit_publishes_no_revision(anyio_backend: Any, 
 
 
 @pytest.mark.backends("trio")
-async def test_a_missing_file_is_reported_then_picked_up_when_it_appears(anyio_backend: Any, tmp_path: Path) -> None:
+async def test_a_missing_file_is_reported_then_picked_up_when_it_appears(tmp_path: Path) -> None:
     path = tmp_path / "later.toml"
     seen = anyio.Event()
 
@@ -215,7 +215,7 @@ HUGE_NUMBER = b'{"endpoints": [{"id": "a", "weight": ' + b"9" * 5_000 + b"}]}"
 )
 @pytest.mark.backends("trio")
 async def test_a_nested_or_huge_number_file_is_one_error_and_a_fixed_file_is_picked_up_even_when_failing_closed(
-    anyio_backend: Any, tmp_path: Path, document: bytes, problem: str
+    tmp_path: Path, document: bytes, problem: str
 ) -> None:
     path = tmp_path / "endpoints.json"
     write_json(path, "a", "b")
@@ -237,7 +237,7 @@ async def test_a_nested_or_huge_number_file_is_one_error_and_a_fixed_file_is_pic
 
 
 @pytest.mark.backends("trio")
-async def test_a_file_over_max_bytes_is_rejected_unparsed_and_the_pool_kept(anyio_backend: Any, tmp_path: Path) -> None:
+async def test_a_file_over_max_bytes_is_rejected_unparsed_and_the_pool_kept(tmp_path: Path) -> None:
     path = tmp_path / "endpoints.json"
     write_json(path, "a")
     errors: list[poise.EndpointsFileError] = []

@@ -202,9 +202,7 @@ async def test_a_worker_answering_unavailable_is_ejected_by_lb_call(clock: FakeC
 
 @pytest.mark.anyio
 @pytest.mark.real_clock
-async def test_a_transient_trip_is_published_and_mirrored_through_coordination(
-    anyio_backend: Any, fleet: Fleet
-) -> None:
+async def test_a_transient_trip_is_published_and_mirrored_through_coordination(fleet: Fleet) -> None:
     # The fleet fixture: InMemoryStorage(clock=the fleet's FakeClock), then a real Redis.
     circuit = poise.CircuitPolicy(
         consecutive_transient_failures=2,

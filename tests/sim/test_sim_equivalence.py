@@ -137,7 +137,7 @@ phases = [{ start = 0, timeout = true }]
 
 
 @pytest.mark.backends("asyncio")
-async def test_grpc_schedule_ejects_the_same_endpoints_simulated_and_real(anyio_backend: Any) -> None:
+async def test_grpc_schedule_ejects_the_same_endpoints_simulated_and_real() -> None:
     # grpc.aio runs on asyncio only, so this test has no Trio run.
     client = 'protocol = "grpc"\nmarker = ["wool-fault", "worker-internal"]'
     # The simulator runs its own event loop: give it a thread.
