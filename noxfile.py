@@ -5,7 +5,7 @@
 - ``nox -s coverage`` runs the suite once under pytest-cov over ``poise_py``, prints the
   report (missing lines) and fails under the floor in ``pyproject.toml``
   (``[tool.coverage.report] fail_under``). CI measures the same way: ``.ci/run`` sets
-  ``PYTEST_ADDOPTS=--cov`` for its single run of the README's test command. Add
+  ``PYTEST_ADDOPTS=--cov=poise_py`` for its single run of the README's test command. Add
   ``--no-venv`` (``nox --no-venv -s coverage``) to measure in the current environment.
 - ``nox -s bench`` runs the benchmarks; ``nox -s docs`` builds the documentation site
   (strict); ``nox -s build`` builds the wheel and sdist and installs each into a clean
@@ -70,7 +70,7 @@ def coverage(session: nox.Session) -> None:
     """The suite under pytest-cov: prints the report, fails under ``fail_under``."""
     if session.venv_backend != "none":  # never install into the environment --no-venv runs in
         session.install("-e", ".[dev]")
-    session.run("python", "-m", "pytest", "--cov", *session.posargs)
+    session.run("python", "-m", "pytest", "--cov=poise_py", *session.posargs)
 
 
 @nox.session(python=PYTHONS)
