@@ -1,10 +1,24 @@
-"""Developer tasks: ``nox`` runs tests, lint and typecheck; ``nox -s bench`` runs the benchmarks;
-``nox -s docs`` builds the documentation site (strict); ``nox -s build`` builds the wheel and
-sdist and installs each into a clean virtualenv; ``nox -s verifytypes`` scores the public
-type surface with pyright."""
+"""Developer tasks.
+
+- ``nox`` runs ``tests`` on every supported Python (3.11, 3.12, 3.13), then ``lint`` (ruff)
+  and ``typecheck`` (mypy --strict); ``nox -s tests-3.12`` runs the suite on one of them.
+- ``nox -s coverage`` runs the suite once under pytest-cov over ``poise_py``, prints the
+  report (missing lines) and fails under the floor in ``pyproject.toml``
+  (``[tool.coverage.report] fail_under``). CI measures the same way: ``.ci/run`` sets
+  ``PYTEST_ADDOPTS=--cov=poise_py`` for its single run of the README's test command. Add
+  ``--no-venv`` (``nox --no-venv -s coverage``) to measure in the current environment.
+- ``nox -s bench`` runs the benchmarks; ``nox -s docs`` builds the documentation site
+  (strict); ``nox -s build`` builds the wheel and sdist and installs each into a clean
+  virtualenv; ``nox -s verifytypes`` scores the public type surface with pyright.
+
+Interpreters are looked up on ``PATH`` as ``python3.X``; pyenv installs under
+``$PYENV_ROOT/versions/`` (default ``~/.pyenv``) are put on ``PATH`` first, so nox finds each
+version without ``pyenv global``/``pyenv local`` listing them.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -14,12 +28,49 @@ nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHONS = ["3.11"]
+"""The oldest supported Python: the one lint, typecheck and the tools run on."""
+
+SUPPORTED = ["3.11", "3.12", "3.13"]
+"""Every Python the suite runs on (pyproject's classifiers)."""
+
+
+def _pyenv_on_path() -> None:
+    """Let nox find each pyenv-installed ``python3.X`` of :data:`SUPPORTED`.
+
+    pyenv's shims answer ``python3.12`` only for the versions ``pyenv global`` lists, so nox
+    would find a shim that refuses to run. Links to the real interpreters go in
+    ``.nox/pythons``, put first on ``PATH``; it holds only ``python3.X`` names, so plain
+    ``python`` (what ``--no-venv`` runs) is unchanged.
+    """
+    versions = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    links = Path(__file__).parent / ".nox" / "pythons"
+    for python in SUPPORTED:
+        candidates = sorted(versions.glob(f"{python}.*/bin/python{python}"))
+        if not candidates:
+            continue
+        links.mkdir(parents=True, exist_ok=True)
+        link = links / f"python{python}"
+        link.unlink(missing_ok=True)
+        link.symlink_to(candidates[-1])
+    if links.is_dir():
+        os.environ["PATH"] = os.pathsep.join([str(links), os.environ.get("PATH", "")])
+
+
+_pyenv_on_path()
+
+
+@nox.session(python=SUPPORTED)
+def tests(session: nox.Session) -> None:
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "pytest", *session.posargs)
 
 
 @nox.session(python=PYTHONS)
-def tests(session: nox.Session) -> None:
-    session.install("-e", ".[dev]")
-    session.run("pytest", *session.posargs)
+def coverage(session: nox.Session) -> None:
+    """The suite under pytest-cov: prints the report, fails under ``fail_under``."""
+    if session.venv_backend != "none":  # never install into the environment --no-venv runs in
+        session.install("-e", ".[dev]")
+    session.run("python", "-m", "pytest", "--cov=poise_py", *session.posargs)
 
 
 @nox.session(python=PYTHONS)

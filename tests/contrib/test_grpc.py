@@ -25,19 +25,18 @@ from poise_py import Fault
 from poise_py.contrib.grpc import AsyncioOnlyError, BalancedChannel, ChannelFactory, GrpcEndpoint, endpoint_target
 from tests.support.discovery import Tap
 
-pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.backends("asyncio"),  # grpc.aio: asyncio only
+    pytest.mark.real_clock,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
 MARKER = ("wool-fault", "worker-internal")
 ECHO = "/test.Worker/Echo"
 COUNT = "/test.Worker/Count"
 SUM = "/test.Worker/Sum"
 CHAT = "/test.Worker/Chat"
-
-
-@pytest.fixture
-def anyio_backend() -> Any:
-    """grpc.aio: asyncio only, real clock."""
-    return ("asyncio", {})
 
 
 class Worker:
@@ -457,7 +456,7 @@ def test_bad_channel_knobs_are_config_errors_naming_the_field() -> None:
     assert caught.value.knob == "lb"
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
+@pytest.mark.backends("trio")
 async def test_on_trio_the_factory_and_every_call_raise_asyncio_only() -> None:
     lb = poise.LoadBalancer(
         poise.StaticDiscovery([poise.Endpoint("a", address="127.0.0.1:1")]), endpoint_factory=ChannelFactory()

@@ -20,15 +20,9 @@ from poise_py import CircuitState, Fault
 from poise_py.contrib.httpx import PoiseTransport, endpoint_url
 from tests.support.http_server import FaultServer, fault_servers
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock]  # these tests wait on real sockets
 
 BASE = "http://api.internal"
-
-
-@pytest.fixture(params=[pytest.param(("trio", {}), id="trio"), pytest.param(("asyncio", {}), id="asyncio")])
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    """Real clocks: these tests wait on real sockets."""
-    return request.param
 
 
 def balancer(servers: list[FaultServer], **kwargs: Any) -> poise.LoadBalancer:
@@ -155,7 +149,8 @@ async def test_a_caller_giving_up_on_a_slow_response_is_a_cancellation_not_a_fau
             servers[0].release.set()
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {"clock": trio.testing.MockClock()}), id="trio")])
+@pytest.mark.backends("trio")
+@pytest.mark.manual_clock
 async def test_a_response_slower_than_the_timeout_is_a_strike() -> None:
     clock = trio.lowlevel.current_clock()
     assert isinstance(clock, trio.testing.MockClock)

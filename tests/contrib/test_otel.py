@@ -38,7 +38,6 @@ from poise_py.contrib.otel import (
     server_attributes,
 )
 from tests.support.clocks import TRIP_AT_ONCE, FakeClock
-from tests.support.virtual_asyncio import VIRTUAL_BACKENDS
 
 pytestmark = pytest.mark.anyio
 
@@ -93,7 +92,8 @@ async def test_every_call_is_one_duration_measurement_and_one_count_with_its_out
 ) -> None:
     reader = InMemoryMetricReader()
     async with lb_at(A, B, clock=clock, circuit=TRIP_AT_ONCE) as lb:
-        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        # shutdown_on_exit=False: an atexit hook would keep every provider, and with it the balancer, alive
+        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
         for seconds in (0.5, 1.5):
             async with lb.acquire(exclude=["b"]):
                 clock.advance(seconds)
@@ -124,7 +124,7 @@ async def test_every_call_is_one_duration_measurement_and_one_count_with_its_out
 async def test_in_flight_calls_and_pool_sizes_are_up_down_counters(clock: FakeClock) -> None:
     reader = InMemoryMetricReader()
     async with lb_at(A, B, ("c", None), clock=clock, circuit=TRIP_AT_ONCE) as lb:
-        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
         held = [lb.acquire(exclude=["b", "c"]) for _ in range(2)]
         with pytest.raises(OSError):
             async with lb.acquire(exclude=["a", "c"]):
@@ -143,11 +143,11 @@ async def test_in_flight_calls_and_pool_sizes_are_up_down_counters(clock: FakeCl
         assert value(found, "poise.call.active", **{ENDPOINT: "a", SERVER_ADDRESS: "10.0.0.1", SERVER_PORT: 8080}) == 0
 
 
-@pytest.mark.parametrize("anyio_backend", VIRTUAL_BACKENDS)
+@pytest.mark.virtual_asyncio
 async def test_circuit_status_is_one_for_each_endpoints_state_and_zero_for_the_others() -> None:
     reader = InMemoryMetricReader()
     async with lb_at(A, B, clock=None, circuit=TRIP_AT_ONCE) as lb:
-        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
         with pytest.raises(OSError):
             async with lb.acquire(exclude=["a"]):
                 raise OSError("reset")
@@ -174,7 +174,7 @@ async def test_an_endpoint_the_ejection_guard_keeps_is_in_the_degraded_circuit_s
     )
     reader = InMemoryMetricReader()
     async with lb_at(A, B, clock=clock, circuit=guarded) as lb:
-        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
         for excluded in ("b", "a"):  # a is ejected; b's trip is refused by the 50% guard
             with pytest.raises(OSError):
                 async with lb.acquire(exclude=[excluded]):
@@ -223,7 +223,7 @@ def check_metric(metric: Metric) -> None:
 async def test_every_instrument_follows_the_semantic_convention_naming_rules(clock: FakeClock) -> None:
     reader = InMemoryMetricReader()
     async with lb_at(A, B, clock=clock) as lb:
-        metrics = instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        metrics = instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
         async with lb.acquire():
             pass
         found = collect(reader)
@@ -246,7 +246,7 @@ async def test_every_instrument_follows_the_semantic_convention_naming_rules(clo
 async def test_counters_report_selections_with_endpoint_and_mode_attributes(clock: FakeClock) -> None:
     reader = InMemoryMetricReader()
     async with lb_at(A, B, clock=clock, circuit=TRIP_AT_ONCE) as lb:
-        metrics = instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        metrics = instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
         for _ in range(3):
             async with lb.acquire(exclude=["b"]):
                 pass
@@ -286,7 +286,7 @@ async def test_reported_values_saturate_and_attributes_stay_bounded(clock: FakeC
     send, receive = anyio.create_memory_object_stream[poise.Update](10)
     lb = poise.LoadBalancer(receive, clock=clock)
     async with lb, send, receive:
-        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
         for revision in range(1, 21):  # 20 endpoints come and go, one live at a time
             await send.send(poise.Snapshot(revision, [poise.Endpoint(f"e{revision}")]))
             await anyio.wait_all_tasks_blocked()
@@ -318,7 +318,7 @@ def test_server_attributes_read_pairs_host_port_strings_and_urls() -> None:
 async def test_a_prometheus_scrape_shows_the_call_histogram_and_counter(clock: FakeClock) -> None:
     registry = CollectorRegistry()
     reader = PrometheusMetricReader(registry=registry)
-    provider = MeterProvider(metric_readers=[reader])
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
     server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     try:
         async with lb_at(("w1", ("127.0.0.1", 50051)), clock=clock) as lb:
@@ -388,7 +388,7 @@ async def test_an_endpoint_moved_to_a_new_address_is_measured_at_the_new_one(clo
     send, receive = anyio.create_memory_object_stream[poise.Update](4)
     lb = poise.LoadBalancer(receive, clock=clock)
     async with lb, send, receive:
-        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader]))
+        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
         for revision, host in ((1, "10.0.0.1"), (2, "10.0.0.9")):
             await send.send(poise.Snapshot(revision, [poise.Endpoint("a", address=(host, 80))]))
             await anyio.wait_all_tasks_blocked()

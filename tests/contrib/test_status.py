@@ -221,7 +221,7 @@ def test_bad_arguments_name_the_field(kwargs: dict[str, Any], field: str) -> Non
 
 
 # The served tests talk to a real hypercorn over real sockets: Trio on its real clock here.
-@pytest.mark.parametrize("anyio_backend", ["trio", "asyncio"])
+@pytest.mark.real_clock
 async def test_hypercorn_serves_the_page_and_the_json_on_loopback(clock: FakeClock) -> None:
     lb = static_lb("a", "b", clock=clock)
     app = StatusApp(lb)
@@ -237,7 +237,7 @@ async def test_hypercorn_serves_the_page_and_the_json_on_loopback(clock: FakeClo
 
 
 @pytest.mark.parametrize("port", [-1, 70000, True, "80"])
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.backends("asyncio")
 async def test_serve_refuses_a_bad_port(port: Any) -> None:
     app = StatusApp(static_lb("a"))
     with pytest.raises(poise.ConfigError) as info:

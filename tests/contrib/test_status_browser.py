@@ -92,7 +92,7 @@ def _drive(url: str, trip: Callable[[], None], screenshot: Path) -> tuple[list[s
     return listed, before, events
 
 
-@pytest.mark.parametrize("anyio_backend", ["trio", "asyncio"])  # real clocks: a real browser polls
+@pytest.mark.real_clock  # a real browser polls
 async def test_chromium_lists_every_endpoint_and_shows_a_circuit_open_soon_after_its_failures(
     tmp_path: Path, clock: FakeClock
 ) -> None:

@@ -13,23 +13,16 @@ import gc
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 import poise_py as poise
 from poise_py import CircuitState
-from tests.coordination.test_fleet import fail, state_of, stats
-from tests.support.coordination import COREDIS_LEAK, REAL_CLOCK_BACKENDS, ClusterFleet, started_cluster
+from tests.support.coordination import COREDIS_LEAK, ClusterFleet, fail, started_cluster, state_of, stats
 from tests.support.redis_server import RedisCluster
 
-pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings(COREDIS_LEAK)]
-
-
-@pytest.fixture(params=REAL_CLOCK_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock, pytest.mark.filterwarnings(COREDIS_LEAK)]
 
 
 @pytest.fixture

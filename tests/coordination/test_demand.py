@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 import pytest
-import trio.testing
 
 import poise_py as poise
 from poise_py import CircuitState, Fault
-from poise_py.sim._virtual_loop import VirtualTimeLoop
 from tests.support.clocks import endpoints
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_asyncio]
 
 SYNC = 1.0
 POLICY = poise.CircuitPolicy(
@@ -34,14 +31,8 @@ POLICY = poise.CircuitPolicy(
 )
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)}), id="trio"),
-        pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio"),
-    ]
-)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
+STORAGE_OF: dict[poise.LoadBalancer, poise.Storage] = {}
+"""The storage each balancer of a running :func:`fleet` shares (its ``Coordination.storage``)."""
 
 
 @contextlib.asynccontextmanager
@@ -62,7 +53,12 @@ async def fleet(
             )
             for i in range(n)
         ]
-        yield lbs
+        STORAGE_OF.update(dict.fromkeys(lbs, shared.storage))
+        try:
+            yield lbs
+        finally:
+            for lb in lbs:
+                del STORAGE_OF[lb]
 
 
 def stats(lb: poise.LoadBalancer) -> poise.CoordinationStatistics:
@@ -76,9 +72,8 @@ def state_of(lb: poise.LoadBalancer, endpoint_id: str = "a") -> CircuitState:
 
 
 async def record(lb: poise.LoadBalancer, key: str = "a") -> poise.SharedState:
-    coordinator = lb._coordinator
-    assert coordinator is not None
-    return (await coordinator._storage.read([key]))[0]
+    """The shared record of ``key`` in the storage of ``lb``'s fleet."""
+    return (await STORAGE_OF[lb].read([key]))[0]
 
 
 async def until_probe(lb: poise.LoadBalancer, every: float = 0.05) -> poise.Permit:

@@ -7,22 +7,15 @@ redis-server of the test's own, killed, restarted, flushed and paused for real.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
 
 import poise_py as poise
 from poise_py import CircuitState, Fault
-from tests.coordination.test_fleet import fail, grab_probes, state_of, stats
-from tests.shell.test_telemetry import drain
-from tests.support.coordination import COREDIS_LEAK, REAL_CLOCK_BACKENDS, Fleet
+from tests.support.coordination import COREDIS_LEAK, Fleet, fail, grab_probes, state_of, stats
+from tests.support.events import drain
 
-pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings(COREDIS_LEAK)]
-
-
-@pytest.fixture(params=REAL_CLOCK_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock, pytest.mark.filterwarnings(COREDIS_LEAK)]
 
 
 async def test_a_dead_storage_falls_back_to_local_circuits_and_no_call_fails(
@@ -51,7 +44,7 @@ async def test_a_dead_storage_falls_back_to_local_circuits_and_no_call_fails(
             r for r in caplog.records if "coordination storage" in r.getMessage() and "unreachable" in r.getMessage()
         ]
         assert len(warnings) == 1, "one log line per outage, not one per failed call"
-        fallbacks = [e for e in drain(events) if isinstance(e, poise.CoordinationFallback)]
+        fallbacks = [e for e in await drain(events) if isinstance(e, poise.CoordinationFallback)]
         assert len(fallbacks) == 1
         assert fallbacks[0].endpoint_id is None
         assert isinstance(fallbacks[0].error, poise.CoordinationError)
@@ -156,7 +149,7 @@ async def test_a_poisoned_record_affects_only_its_endpoint_once_and_the_next_wri
         assert s.connected
         assert s.poisoned == 1
         assert s.failures == 0
-        fallbacks = [e for e in drain(events) if isinstance(e, poise.CoordinationFallback)]
+        fallbacks = [e for e in await drain(events) if isinstance(e, poise.CoordinationFallback)]
         assert len(fallbacks) == 1
         assert fallbacks[0].endpoint_id == "a"
         assert "a" in str(fallbacks[0].error)

@@ -6,68 +6,13 @@ redis-server (see tests/support/coordination.py for how time moves and syncs are
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import poise_py as poise
 from poise_py import CircuitState, Fault
-from tests.support.coordination import REAL_CLOCK_BACKENDS, Fleet, open_wait
+from tests.support.coordination import Fleet, fail, grab_held_probes, grab_probes, open_wait, state_of, stats
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=REAL_CLOCK_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
-
-
-async def fail(lb: poise.LoadBalancer, *, exclude: tuple[str, ...] = ()) -> str:
-    """One SUSPECT call through ``lb``; returns the endpoint it went to."""
-    permit = lb.acquire(exclude=exclude)
-    permit.fail(Fault.SUSPECT)
-    return permit.endpoint.id
-
-
-async def grab_probes(fleet: Fleet, lbs: list[poise.LoadBalancer], *, each: int | None = None) -> list[poise.Permit]:
-    """Every probe permit the balancers get when they ask (held, not reported), ``each`` at most per balancer."""
-    return [permit for _, permit in await grab_issued_probes(fleet, lbs, each=each)]
-
-
-async def grab_issued_probes(
-    fleet: Fleet, lbs: list[poise.LoadBalancer], *, each: int | None = None
-) -> list[tuple[poise.LoadBalancer, poise.Permit]]:
-    """Like :func:`grab_probes`, each probe with the balancer that issued it.
-
-    Leases follow demand: a refused acquire is demand, and the sync after it leases a slot
-    for it, which the next acquire takes.
-    """
-    probes: list[tuple[poise.LoadBalancer, poise.Permit]] = []
-    for lb in lbs:
-        mine = 0
-        while each is None or mine < each:
-            try:
-                permit = lb.acquire()
-            except poise.NoEligibleEndpoints:
-                before = stats(lb).leases
-                await fleet.sync(lb)
-                if stats(lb).leases == before:
-                    break
-                continue
-            assert permit.probe, "a closed permit while the fleet is half-open"
-            probes.append((lb, permit))
-            mine += 1
-    return probes
-
-
-def state_of(lb: poise.LoadBalancer, endpoint_id: str = "a") -> CircuitState:
-    return lb.snapshot()[endpoint_id].state
-
-
-def stats(lb: poise.LoadBalancer) -> poise.CoordinationStatistics:
-    s = lb.coordination_statistics()
-    assert s is not None
-    return s
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock]
 
 
 async def test_acquire_on_a_closed_circuit_never_touches_the_storage(fleet: Fleet) -> None:
@@ -216,7 +161,7 @@ async def test_probe_successes_are_counted_fleet_wide_before_the_circuit_closes(
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        issued = await grab_issued_probes(fleet, lbs, each=1)
+        issued = await grab_held_probes(fleet, lbs, each=1)
         probes = [permit for _, permit in issued]
         assert len(probes) == 2
         assert {issuer for issuer, _ in issued} == set(lbs)  # one lease each: both had demand
@@ -245,7 +190,7 @@ async def test_a_failed_probe_of_a_round_already_closed_is_stale(fleet: Fleet) -
         await fleet.sync(*lbs)
         await fleet.advance(30.0)
         await fleet.sync(*lbs)
-        (first_lb, first), (second_lb, second) = await grab_issued_probes(fleet, lbs, each=1)
+        (first_lb, first), (second_lb, second) = await grab_held_probes(fleet, lbs, each=1)
         first.succeed()
         await fleet.sync(first_lb)
         assert (await fleet.record()).state is CircuitState.CLOSED
@@ -376,9 +321,7 @@ async def test_protocol_1_and_protocol_2_balancers_share_a_fleet_predictably(fle
             await fleet.advance(wait)
             await fleet.sync(lb)  # this one begins the round
             await fleet.sync(old if lb is new else new)
-            ((issuer, probe),) = await grab_issued_probes(
-                fleet, [lb, old if lb is new else new]
-            )  # and has demand first
+            ((issuer, probe),) = await grab_held_probes(fleet, [lb, old if lb is new else new])  # and has demand first
             assert issuer is lb
             probe.fail(Fault.SUSPECT)
             await fleet.sync(lb)

@@ -6,24 +6,16 @@ and for Redis the server's own ``INFO commandstats`` and keyspace lookups.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import poise_py as poise
 from poise_py import CircuitState
-from tests.coordination.test_fleet import fail, state_of
-from tests.support.coordination import REAL_CLOCK_BACKENDS, Fleet, MemoryFleet, RedisFleet
+from tests.support.coordination import Fleet, MemoryFleet, RedisFleet, fail, state_of
 from tests.support.redis_server import RedisServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock]
 
 IDS = [f"e{i}" for i in range(1000)]
-
-
-@pytest.fixture(params=REAL_CLOCK_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
 
 
 async def poll(lb: poise.LoadBalancer) -> None:

@@ -13,17 +13,15 @@ is refused, against the embedded storage and against Redis.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 import pytest
 
 import poise_py as poise
 from poise_py import CircuitState
 from tests.support.clocks import FakeClock
-from tests.support.coordination import REAL_CLOCK_BACKENDS, Fleet, open_wait
+from tests.support.coordination import Fleet, open_wait
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock]
 
 POLICY = poise.Escalation(base=30.0, maximum=300.0, jitter=0.0)
 
@@ -88,11 +86,6 @@ def test_design_b_races_a_stale_read_starts_the_next_round_early() -> None:
 def test_design_b_needs_a_version_fence_which_changes_its_signature() -> None:
     store, _ = design_b_interleaving(fenced=True)
     assert store.state is CircuitState.OPEN
-
-
-@pytest.fixture(params=REAL_CLOCK_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
 
 
 async def test_the_stored_deadline_refuses_the_same_interleaving(fleet: Fleet) -> None:

@@ -17,17 +17,12 @@ import poise_py as poise
 from poise_py import CircuitState
 from poise_py._coordination._lua import PRELUDE
 from poise_py._coordination._protocol import FAILED_ROUNDS_CAP
-from tests.support.coordination import REAL_CLOCK_BACKENDS, Fleet, RedisFleet, open_wait
+from tests.support.coordination import Fleet, RedisFleet, open_wait
 from tests.support.redis_server import RedisServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock]
 
 WAIT = poise.OpenWait(escalation=poise.Escalation(base=30.0, maximum=300.0, jitter=0.0))
-
-
-@pytest.fixture(params=REAL_CLOCK_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
 
 
 async def open_round(storage: poise.Storage, fleet: Fleet, *, permitted: int = 1) -> poise.SharedState:
@@ -272,11 +267,11 @@ escalations = st.builds(
 )
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
+@pytest.mark.backends("trio")
 @settings(max_examples=300, deadline=None)
 @given(esc=escalations, n=st.one_of(st.integers(0, 80), st.integers(0, FAILED_ROUNDS_CAP)))
 async def test_the_lua_window_is_the_cores_window_bit_for_bit(
-    anyio_backend: Any, redis_server: RedisServer, esc: poise.Escalation, n: int
+    redis_server: RedisServer, esc: poise.Escalation, n: int
 ) -> None:
     got = await lua_window(redis_server, n, esc)
     assert got == esc.window(n)
@@ -284,10 +279,8 @@ async def test_the_lua_window_is_the_cores_window_bit_for_bit(
     assert math.isfinite(got)
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
-async def test_no_count_and_no_configuration_wedges_a_shared_circuit_open(
-    anyio_backend: Any, redis_server: RedisServer
-) -> None:
+@pytest.mark.backends("trio")
+async def test_no_count_and_no_configuration_wedges_a_shared_circuit_open(redis_server: RedisServer) -> None:
     """Seed 002's design A without a clamp: multiplier ** count overflows; here it is capped."""
     extreme = [
         poise.Escalation(base=1e-3, maximum=1e9, multiplier=1e3, jitter=0.0),
@@ -315,8 +308,8 @@ async def test_no_count_and_no_configuration_wedges_a_shared_circuit_open(
         assert open_wait(tripped.state) == pytest.approx(300.0, abs=1e-3)
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
-async def test_redis_refuses_a_wait_no_escalation_could_produce(anyio_backend: Any, redis_server: RedisServer) -> None:
+@pytest.mark.backends("trio")
+async def test_redis_refuses_a_wait_no_escalation_could_produce(redis_server: RedisServer) -> None:
     fleet = RedisFleet(redis_server)
     async with fleet:
         storage = await fleet.storage()

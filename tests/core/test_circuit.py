@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 import poise_py as poise
 from poise_py import CircuitState, Fault, IneligibleReason
-from poise_py._core._circuit import TRANSITIONS, Cause, Circuit, LocalProtocolError, Ticket
-
-NOW = 100.0
-
-
-def make(**knobs: object) -> Circuit:
-    knobs.setdefault("escalation", poise.Escalation(jitter=0.0))
-    policy = poise.CircuitPolicy(**knobs)  # type: ignore[arg-type]
-    return Circuit(policy, random.Random(0).random, NOW)
-
-
-def ticket_of(c: Circuit, now: float = NOW) -> Ticket:
-    t = c.try_acquire(now)
-    assert isinstance(t, Ticket), t
-    return t
-
-
-def trip(c: Circuit, now: float = NOW) -> None:
-    while c.state is CircuitState.CLOSED:
-        c.record(ticket_of(c, now), Fault.SUSPECT, now)
+from poise_py._core._circuit import TRANSITIONS, Cause, LocalProtocolError, Ticket
+from tests.support.circuits import NOW, make, ticket_of, trip
 
 
 def test_closed_circuit_hands_out_the_same_ticket_object_per_epoch() -> None:
@@ -199,7 +179,9 @@ def test_illegal_move_raises_and_changes_nothing() -> None:
     c = make()
     before = (c.state, c.epoch, c.reopen_at)
     with pytest.raises(LocalProtocolError):
-        c._move(Cause.PROBE_SUCCEEDED, NOW)
+        c.adopt(CircuitState.CLOSED, NOW)  # CLOSED --shared_closed--> is not in TRANSITIONS
+    with pytest.raises(LocalProtocolError):
+        c.adopt(CircuitState.BLOCKED, NOW)  # nor is any adoption of BLOCKED
     assert (c.state, c.epoch, c.reopen_at) == before
 
 

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import poise_py as poise
 from poise_py import CircuitState, Fault, IneligibleReason
 from poise_py._core._circuit import TRANSITIONS, Cause, Circuit, LocalProtocolError, Ticket
-from tests.core.test_circuit import NOW, make, ticket_of, trip
+from tests.support.circuits import NOW, make, ticket_of, trip
 
 _C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
 

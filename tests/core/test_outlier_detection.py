@@ -191,11 +191,8 @@ def test_failure_rate_without_minimum_hosts_trips_alone() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(
-    "anyio_backend",
-    [pytest.param(("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)}), id="trio")],
-)
-async def test_the_balancers_own_timer_runs_the_evaluation_without_any_call(anyio_backend: object) -> None:
+@pytest.mark.backends("trio")
+async def test_the_balancers_own_timer_runs_the_evaluation_without_any_call() -> None:
     # The backend's clock (an autojumping MockClock): only the balancer's timer task can
     # notice the deadline, since nothing selects after the traffic.
     opened: list[poise.CircuitOpened] = []

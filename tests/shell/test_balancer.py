@@ -10,7 +10,7 @@ import pytest
 
 import poise_py as poise
 from poise_py import CircuitState, Fault, IneligibleReason
-from tests.support.clocks import TRIO_MOCK_CLOCK, FakeClock, endpoints, static_lb
+from tests.support.clocks import FakeClock, endpoints, static_lb
 
 pytestmark = pytest.mark.anyio
 
@@ -221,7 +221,7 @@ async def test_a_garbage_collected_permit_is_a_cancellation_that_frees_its_probe
         assert lb.snapshot()["a"].inflight == 0
 
 
-@pytest.mark.parametrize("anyio_backend", [TRIO_MOCK_CLOCK], ids=["trio"])
+@pytest.mark.backends("trio")
 async def test_mock_clock_drives_the_open_window_without_real_sleeping() -> None:
     async with static_lb("a", "b", circuit=FAST_TRIP) as lb:
         with pytest.raises(OSError):

@@ -11,7 +11,6 @@ import pytest
 import trio
 
 import poise_py as poise
-from tests.support.discovery import TRIO_ONLY
 
 pytestmark = pytest.mark.anyio
 
@@ -32,8 +31,8 @@ class FakeResolver:
         return answer
 
 
-@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
-async def test_a_new_revision_is_published_only_when_the_answer_changes(anyio_backend: Any) -> None:
+@pytest.mark.backends("trio")
+async def test_a_new_revision_is_published_only_when_the_answer_changes() -> None:
     resolver = FakeResolver(
         [
             ["10.0.0.2", "10.0.0.1"],
@@ -62,10 +61,8 @@ async def test_a_new_revision_is_published_only_when_the_answer_changes(anyio_ba
     await stream.aclose()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
-async def test_a_failing_lookup_keeps_the_balancer_on_its_last_pool(
-    anyio_backend: Any, caplog: pytest.LogCaptureFixture
-) -> None:
+@pytest.mark.backends("trio")
+async def test_a_failing_lookup_keeps_the_balancer_on_its_last_pool(caplog: pytest.LogCaptureFixture) -> None:
     resolver = FakeResolver([["10.0.0.1"], OSError("network unreachable")])
     source = poise.DnsDiscovery("svc", 80, interval=5, resolver=resolver)
     async with poise.LoadBalancer(discovery=source) as lb:
@@ -151,8 +148,8 @@ def test_valid_names_and_ip_literals_are_accepted(host: str) -> None:
     assert poise.DnsDiscovery(host, 80).host == host
 
 
-@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
-async def test_any_resolver_error_is_a_counted_failed_round_and_resolution_goes_on(anyio_backend: Any) -> None:
+@pytest.mark.backends("trio")
+async def test_any_resolver_error_is_a_counted_failed_round_and_resolution_goes_on() -> None:
     resolver = FakeResolver(
         [
             ["10.0.0.1"],

@@ -13,7 +13,7 @@ import pytest
 
 import poise_py as poise
 from poise_py._discovery._file import parse_endpoints
-from tests.support.discovery import TRIO_ONLY, Tap, live_ids
+from tests.support.discovery import Tap, live_ids
 
 pytestmark = pytest.mark.anyio
 
@@ -24,8 +24,8 @@ def write_json(path: Path, *ids: str) -> None:
     )
 
 
-@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
-async def test_a_balancer_follows_an_edited_then_corrupted_then_fixed_file(anyio_backend: Any, tmp_path: Path) -> None:
+@pytest.mark.backends("trio")
+async def test_a_balancer_follows_an_edited_then_corrupted_then_fixed_file(tmp_path: Path) -> None:
     path = tmp_path / "endpoints.json"
     write_json(path, "a", "b")
     errors: list[tuple[poise.EndpointsFileError, set[str]]] = []
@@ -77,8 +77,8 @@ async def until(predicate: Callable[[], bool]) -> None:
     pytest.fail("the condition never held")
 
 
-@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
-async def test_a_formatting_only_edit_publishes_no_revision(anyio_backend: Any, tmp_path: Path) -> None:
+@pytest.mark.backends("trio")
+async def test_a_formatting_only_edit_publishes_no_revision(tmp_path: Path) -> None:
     path = tmp_path / "endpoints.json"
     path.write_text('["10.0.0.1:80"]')
     source = poise.FileDiscovery(path, interval=1.0)
@@ -97,8 +97,8 @@ async def test_a_formatting_only_edit_publishes_no_revision(anyio_backend: Any, 
         assert lb.discovery_revision == 2
 
 
-@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
-async def test_a_missing_file_is_reported_then_picked_up_when_it_appears(anyio_backend: Any, tmp_path: Path) -> None:
+@pytest.mark.backends("trio")
+async def test_a_missing_file_is_reported_then_picked_up_when_it_appears(tmp_path: Path) -> None:
     path = tmp_path / "later.toml"
     seen = anyio.Event()
 
@@ -213,9 +213,9 @@ HUGE_NUMBER = b'{"endpoints": [{"id": "a", "weight": ' + b"9" * 5_000 + b"}]}"
     ],
     ids=["nested", "huge-number", "deep-metadata"],
 )
-@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
+@pytest.mark.backends("trio")
 async def test_a_nested_or_huge_number_file_is_one_error_and_a_fixed_file_is_picked_up_even_when_failing_closed(
-    anyio_backend: Any, tmp_path: Path, document: bytes, problem: str
+    tmp_path: Path, document: bytes, problem: str
 ) -> None:
     path = tmp_path / "endpoints.json"
     write_json(path, "a", "b")
@@ -236,8 +236,8 @@ async def test_a_nested_or_huge_number_file_is_one_error_and_a_fixed_file_is_pic
     assert len(errors) == 1
 
 
-@pytest.mark.parametrize("anyio_backend", [TRIO_ONLY], ids=["trio"])
-async def test_a_file_over_max_bytes_is_rejected_unparsed_and_the_pool_kept(anyio_backend: Any, tmp_path: Path) -> None:
+@pytest.mark.backends("trio")
+async def test_a_file_over_max_bytes_is_rejected_unparsed_and_the_pool_kept(tmp_path: Path) -> None:
     path = tmp_path / "endpoints.json"
     write_json(path, "a")
     errors: list[poise.EndpointsFileError] = []

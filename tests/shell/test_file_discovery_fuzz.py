@@ -153,7 +153,7 @@ formats_and_documents = st.sampled_from(["json", "toml"]).flatmap(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=formats_and_documents)
 async def test_a_running_balancer_keeps_the_last_good_pool_through_any_documents_and_keeps_watching(
-    anyio_backend: Any, tmp_path: Path, case: tuple[str, list[bytes]]
+    tmp_path: Path, case: tuple[str, list[bytes]]
 ) -> None:
     fmt, docs = case
     before, after = (GOOD_BEFORE, GOOD_AFTER) if fmt == "json" else (GOOD_TOML_BEFORE, GOOD_TOML_AFTER)

@@ -16,14 +16,8 @@ import pytest
 import poise_py as poise
 from poise_py import AdminStatus, CircuitState, Fault, HealthStatus, IneligibleReason
 from tests.support.clocks import TRIP_AT_ONCE, endpoints
-from tests.support.virtual_asyncio import VIRTUAL_BACKENDS, virtual_backend
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=VIRTUAL_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return virtual_backend(request)
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_asyncio]
 
 
 class Call:

@@ -19,12 +19,7 @@ import pytest
 import poise_py as poise
 from poise_py import probes
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=[pytest.param(("trio", {}), id="trio"), pytest.param(("asyncio", {}), id="asyncio")])
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    return request.param
+pytestmark = [pytest.mark.anyio, pytest.mark.real_clock]
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import weakref
-from typing import Any
 
 import pytest
 import trio
@@ -12,14 +11,8 @@ import trio.testing
 
 import poise_py as poise
 from tests.support.clocks import endpoints
-from tests.support.discovery import TRIO_ONLY
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> Any:
-    return TRIO_ONLY
+pytestmark = [pytest.mark.anyio, pytest.mark.backends("trio")]
 
 
 async def collect(sub: poise.Subscription, into: list[poise.Update]) -> None:

@@ -12,15 +12,8 @@ import trio.testing
 
 import poise_py as poise
 from tests.support.clocks import endpoints
-from tests.support.discovery import TRIO_ONLY
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> Any:
-    # Cool-downs and readiness timeouts must pass in virtual time.
-    return TRIO_ONLY
+pytestmark = [pytest.mark.anyio, pytest.mark.backends("trio")]  # cool-downs and readiness timeouts pass in virtual time
 
 
 @attrs.frozen

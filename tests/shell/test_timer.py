@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import anyio
 import attrs
@@ -12,15 +11,9 @@ import pytest
 import poise_py as poise
 from poise_py import CircuitState
 from tests.support.clocks import TRIP_AT_ONCE, FakeClock, endpoints, static_lb
-from tests.support.virtual_asyncio import VIRTUAL_BACKENDS, virtual_backend
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=VIRTUAL_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    """Trio on an autojumping MockClock, asyncio on virtual time: deadlines pass in no real time."""
-    return virtual_backend(request)
+# Trio on an autojumping MockClock, asyncio on virtual time: deadlines pass in no real time.
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_asyncio]
 
 
 def recorder(lb: poise.LoadBalancer) -> list[poise.BalancerEvent]:

@@ -17,7 +17,7 @@ import poise_py as poise
 from poise_py import CircuitState, Fault
 from poise_py._core._circuit import Cause, Circuit, Ticket
 from tests.support.clocks import FakeClock, static_lb
-from tests.support.coordination import REAL_CLOCK_BACKENDS, Fleet
+from tests.support.coordination import Fleet
 
 NOW = 100.0
 
@@ -201,10 +201,8 @@ async def test_a_worker_answering_unavailable_is_ejected_by_lb_call(clock: FakeC
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", REAL_CLOCK_BACKENDS)
-async def test_a_transient_trip_is_published_and_mirrored_through_coordination(
-    anyio_backend: Any, fleet: Fleet
-) -> None:
+@pytest.mark.real_clock
+async def test_a_transient_trip_is_published_and_mirrored_through_coordination(fleet: Fleet) -> None:
     # The fleet fixture: InMemoryStorage(clock=the fleet's FakeClock), then a real Redis.
     circuit = poise.CircuitPolicy(
         consecutive_transient_failures=2,

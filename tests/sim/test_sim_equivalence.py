@@ -24,7 +24,10 @@ from poise_py import sim
 from tests.support.clocks import FakeClock
 from tests.support.http_server import fault_servers
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.real_clock,
+]  # the event loop waits on real sockets; the balancer's clock is fake
 
 MARKER = ("wool-fault", "worker-internal")
 DEADLINE = 0.2
@@ -133,8 +136,8 @@ phases = [{ start = 0, timeout = true }]
 """
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {}), id="asyncio")])
-async def test_grpc_schedule_ejects_the_same_endpoints_simulated_and_real(anyio_backend: Any) -> None:
+@pytest.mark.backends("asyncio")
+async def test_grpc_schedule_ejects_the_same_endpoints_simulated_and_real() -> None:
     # grpc.aio runs on asyncio only, so this test has no Trio run.
     client = 'protocol = "grpc"\nmarker = ["wool-fault", "worker-internal"]'
     # The simulator runs its own event loop: give it a thread.
@@ -195,12 +198,6 @@ phases = [{ start = 0, http = 429, retry_after = 7 }]
 id = "dead"
 phases = [{ start = 0, refused = true }]
 """
-
-
-@pytest.fixture(params=[pytest.param(("trio", {}), id="trio"), pytest.param(("asyncio", {}), id="asyncio")])
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    """Real clocks for the event loop (these tests wait on real sockets); the balancer's is fake."""
-    return request.param
 
 
 async def test_http_schedule_ejects_the_same_endpoints_simulated_and_real() -> None:

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import attrs
-import trio.testing
 
 import poise_py as poise
-
-TRIO_MOCK_CLOCK = ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-"""An ``anyio_backend`` value for a Trio-only test: sleeps jump virtual time."""
-
 
 TRIP_AT_ONCE = poise.CircuitPolicy(
     consecutive_failures=1,

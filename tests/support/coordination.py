@@ -27,16 +27,10 @@ import anyio
 import pytest
 
 import poise_py as poise
+from poise_py import CircuitState, Fault
 from poise_py._coordination._protocol import Changes, OpenWait, ProbeReport, Reply, SharedState
 from tests.support.clocks import FakeClock, endpoints
 from tests.support.redis_server import RedisCluster, RedisServer, RedisServerError
-
-REAL_CLOCK_BACKENDS = [
-    pytest.param(("trio", {}), id="trio"),
-    pytest.param(("asyncio", {}), id="asyncio"),
-]
-"""``anyio_backend`` params for tests doing real I/O: an autojumping MockClock would fire
-every timeout while a socket waits, so these run on real clocks (and never sleep)."""
 
 COREDIS_LEAK = "ignore:Unclosed <MemoryObject:ResourceWarning"
 """coredis 6.9 leaks the memory streams of a connection that failed to connect (it creates
@@ -541,8 +535,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
-        backend = params.get("anyio_backend")
-        trio = isinstance(backend, tuple) and backend[0] == "trio"
+        trio = params.get("anyio_backend") == "trio"  # the backend's name (tests/conftest.py)
         redis_py = "redis-py" in (params.get("fleet"), params.get("faulty_fleet"))
         (dropped if trio and redis_py else kept).append(item)
         if params.get("fleet") == "cluster":
@@ -550,3 +543,54 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+# -- calls and reads through a fleet's balancers --------------------------------------
+
+
+async def fail(lb: poise.LoadBalancer, *, exclude: tuple[str, ...] = ()) -> str:
+    """One SUSPECT call through ``lb``; returns the endpoint it went to."""
+    permit = lb.acquire(exclude=exclude)
+    permit.fail(Fault.SUSPECT)
+    return permit.endpoint.id
+
+
+async def grab_probes(fleet: Fleet, lbs: list[poise.LoadBalancer], *, each: int | None = None) -> list[poise.Permit]:
+    """Every probe permit the balancers get when they ask (held, not reported), ``each`` at most per balancer.
+
+    Leases follow demand: a refused acquire is demand, and the sync after it leases a slot
+    for it, which the next acquire takes.
+    """
+    return [permit for _, permit in await grab_held_probes(fleet, lbs, each=each)]
+
+
+async def grab_held_probes(
+    fleet: Fleet, lbs: list[poise.LoadBalancer], *, each: int | None = None
+) -> list[tuple[poise.LoadBalancer, poise.Permit]]:
+    """As :func:`grab_probes`, each probe permit paired with the balancer that issued it."""
+    probes: list[tuple[poise.LoadBalancer, poise.Permit]] = []
+    for lb in lbs:
+        mine = 0
+        while each is None or mine < each:
+            try:
+                permit = lb.acquire()
+            except poise.NoEligibleEndpoints:
+                before = stats(lb).leases
+                await fleet.sync(lb)
+                if stats(lb).leases == before:
+                    break
+                continue
+            assert permit.probe, "a closed permit while the fleet is half-open"
+            probes.append((lb, permit))
+            mine += 1
+    return probes
+
+
+def state_of(lb: poise.LoadBalancer, endpoint_id: str = "a") -> CircuitState:
+    return lb.snapshot()[endpoint_id].state
+
+
+def stats(lb: poise.LoadBalancer) -> poise.CoordinationStatistics:
+    s = lb.coordination_statistics()
+    assert s is not None
+    return s

@@ -5,12 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 
 import anyio
-import trio.testing
 
 import poise_py as poise
-
-TRIO_ONLY = ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-"""``anyio_backend`` for tests that let virtual time pass (cool-downs, polling intervals)."""
 
 
 class Tap:
