@@ -651,6 +651,17 @@ class Pool:
             self._fast_decision = decision(_HEALTHY, fast.tier.number)
 
     @property
+    def fast_scope(self) -> list[EndpointState] | None:
+        """The candidates the hot path picks from without routing (the scope that takes all
+        traffic as HEALTHY), or None when selections go through the router."""
+        return self._fast
+
+    @property
+    def weight_total(self) -> int:
+        """The sum of the live endpoints' weights (checked against overflow on every change)."""
+        return self._weight_total
+
+    @property
     def available_count(self) -> int:
         """How many endpoints may take a permit now (degraded ones included)."""
         return sum(tier.healthy + tier.reserve for tier in self.router.order)

@@ -277,7 +277,7 @@ class RoutingMachine(RuleBasedStateMachine):
         # it. (A trip past it, vouched for by the endpoints in rotation, may eject more.)
         allowance = ejection_allowance(len(members), pool.circuit_policy.max_ejection_percent)
         assert pool.degraded_count == 0 or pool.ejected_count >= allowance
-        assert pool._weight_total == sum(s.endpoint.weight for s in members)
+        assert pool.weight_total == sum(s.endpoint.weight for s in members)
         assert sum(s.inflight for s in members) <= len(self.held)
 
     def check_scope(
@@ -379,9 +379,9 @@ class RoutingMachine(RuleBasedStateMachine):
         if router.fast is not None:
             assert len(router.routes) == 1
             assert healthy_routes
-            assert pool._fast is router.fast.candidates
+            assert pool.fast_scope is router.fast.candidates
         else:
-            assert pool._fast is None
+            assert pool.fast_scope is None
 
 
 RoutingMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)

@@ -84,7 +84,7 @@ def test_a_degraded_endpoint_takes_no_traffic_while_the_healthy_ones_have_capaci
     counts = picks(pool, 400)
     assert not any(endpoint == "t0-1" for endpoint, _ in counts)
     assert {mode for _, mode in counts} == {HEALTHY}
-    assert pool._fast is not None  # the hot path is unchanged while the reserve is idle
+    assert pool.fast_scope is not None  # the hot path is unchanged while the reserve is idle
 
 
 def test_degraded_endpoints_take_the_capacity_the_healthy_ones_lack_as_degraded() -> None:
