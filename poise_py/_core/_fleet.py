@@ -168,7 +168,6 @@ class FleetCore:
         self._probe_lease = probe_lease
         self._escalation = escalation
         self._incremental = incremental
-        self._background_timers = True
         self.counters = FleetCounters()
         self._links: dict[EndpointState, _Link] = {}
         self._dirty: dict[EndpointState, None] = {}
@@ -183,7 +182,6 @@ class FleetCore:
         self._refusals = 0
         self._waiting = False  # a HALF_OPEN round waits for demand here: a refusal wants a job
         self._wanted = False
-        self._timers_due = False
         self._timers_ran: float | None = None  # when the last job with timers ran
         self._job: _Job | None = None
         self._operation: Operation | None = None
@@ -296,19 +294,12 @@ class FleetCore:
         """The timer fired: want a job with the timers if a deadline is due at ``now``."""
         deadline = self.next_deadline()
         if deadline is not None and now >= deadline:
-            self._timers_due = True
             self._wanted = True
 
     # -- jobs --------------------------------------------------------------------------------
 
-    def start(self, now: float, *, background_timers: bool = True) -> None:
-        """The balancer starts: forget any connection and run a sync with a full poll.
-
-        ``background_timers``: whether a job an input asks for also begins due rounds and
-        hands back held slots (False with an injected clock, where deadlines wait for
-        :meth:`handle_timer` or an explicit :meth:`begin`).
-        """
-        self._background_timers = background_timers
+    def start(self, now: float) -> None:
+        """The balancer starts: forget any connection and run a sync with a full poll."""
         self._started = True
         self._connected = False
         self._announced = False
@@ -324,8 +315,6 @@ class FleetCore:
         if self._job is not None:
             return False
         self._wanted = False
-        if timers:
-            self._timers_due = False
         self._run(now, self._sync(poll=poll, timers=timers))
         return True
 
@@ -334,9 +323,7 @@ class FleetCore:
         if self._job is not None or not self._wanted:
             return False
         self._wanted = False
-        timers = self._background_timers or self._timers_due
-        self._timers_due = False
-        self._run(now, self._sync(poll=False, timers=timers))
+        self._run(now, self._sync(poll=False, timers=True))
         return True
 
     def begin_close(self, now: float) -> bool:

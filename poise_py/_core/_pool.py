@@ -652,8 +652,10 @@ class Pool:
 
     @property
     def fast_scope(self) -> list[EndpointState] | None:
-        """The candidates the hot path picks from without routing (the scope that takes all
-        traffic as HEALTHY), or None when selections go through the router."""
+        """The hot path's candidates (the scope taking all traffic as HEALTHY), or None.
+
+        None when selections go through the router.
+        """
         return self._fast
 
     @property

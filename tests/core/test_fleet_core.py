@@ -427,19 +427,6 @@ def test_no_deadline_is_reported_while_a_job_runs_and_a_due_timer_asks_for_one_j
     assert member.core.next_deadline() == 2.0
 
 
-def test_a_timer_job_with_an_injected_clock_runs_the_timers_an_input_job_does_not() -> None:
-    ledger = Ledger()
-    member = Member(0)
-    member.core.start(0.0, background_timers=False)
-    member.run(ledger, 0.0)
-    member.core.members_changed()
-    member.core.start_wanted(5.0)
-    assert member.core.operation is None  # the due poll waits for the timer
-    member.core.handle_timer(5.0)
-    member.core.start_wanted(5.0)
-    assert member.core.operation == Read(("a",))
-
-
 def test_a_cancelled_operation_drops_its_job_and_the_next_job_starts_afresh() -> None:
     ledger = Ledger()
     member = started(ledger)
