@@ -29,24 +29,10 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from .._core import _fleet_actions as act
 from .._core._circuit import Transition
 from .._core._circuit_policy import CircuitPolicy
 from .._core._fleet import FleetCore
-from .._core._fleet_actions import (
-    BeginHalfOpen,
-    Close,
-    FleetEvent,
-    JobCrashed,
-    LeaseProbe,
-    Operation,
-    Read,
-    ReadChanges,
-    RecordUnusable,
-    ReportProbe,
-    StorageLost,
-    StorageRegained,
-    TripOpen,
-)
 from .._core._pool import Pool
 from .._core._record import EndpointState
 from .._errors import CoordinationError
@@ -245,34 +231,34 @@ class Coordinator:
             self._kick()
             self._wake()  # the job may have moved the next deadline earlier
 
-    async def _perform(self, operation: Operation) -> object:
+    async def _perform(self, operation: act.Operation) -> object:
         storage = self._storage
         match operation:
-            case Read(keys=keys):
+            case act.Read(keys=keys):
                 return await storage.read(list(keys))
-            case ReadChanges(since=since):
+            case act.ReadChanges(since=since):
                 changes = self._changes
                 assert changes is not None  # noqa: S101 - the core asks only when incremental
                 return await changes(since)
-            case TripOpen(key=key, expected_version=version, wait=wait):
+            case act.TripOpen(key=key, expected_version=version, wait=wait):
                 return await storage.trip_open(key, expected_version=version, wait=wait)
-            case BeginHalfOpen(key=key, expected_version=version, permitted=permitted, lease=lease):
+            case act.BeginHalfOpen(key=key, expected_version=version, permitted=permitted, lease=lease):
                 return await storage.begin_half_open_if_elapsed(
                     key, expected_version=version, permitted=permitted, lease=lease
                 )
-            case LeaseProbe(key=key, expected_version=version):
+            case act.LeaseProbe(key=key, expected_version=version):
                 return await storage.lease_probe(key, expected_version=version)
-            case ReportProbe(key=key, expected_version=version, report=report):
+            case act.ReportProbe(key=key, expected_version=version, report=report):
                 return await storage.report_probe(key, expected_version=version, report=report)
-            case Close(key=key, expected_version=version):
+            case act.Close(key=key, expected_version=version):
                 return await storage.close(key, expected_version=version)
 
-    def _report(self, events: list[FleetEvent]) -> None:
+    def _report(self, events: list[act.FleetEvent]) -> None:
         for event in events:
             match event:
-                case JobCrashed(error=error):
+                case act.JobCrashed(error=error):
                     logger.error("poise_py: coordination failed unexpectedly", exc_info=error)
-                case StorageLost(at=at, reason=reason, error=error):
+                case act.StorageLost(at=at, reason=reason, error=error):
                     if self._on_fallback is not None:
                         self._on_fallback(at, error, None, repr(self._storage))
                     else:
@@ -283,10 +269,10 @@ class Coordinator:
                             reason,
                         )
                     self._notify(CoordinationChange(connected=False, at=at, reason=reason))
-                case StorageRegained(at=at):
+                case act.StorageRegained(at=at):
                     logger.info("poise_py: coordination storage reachable again; circuits resynchronised")
                     self._notify(CoordinationChange(connected=True, at=at))
-                case RecordUnusable(at=at, endpoint_id=endpoint_id, problem=problem):
+                case act.RecordUnusable(at=at, endpoint_id=endpoint_id, problem=problem):
                     error = CoordinationError(f"unusable shared record: {problem}")
                     if self._on_fallback is not None:
                         self._on_fallback(at, error, endpoint_id, repr(self._storage))
