@@ -52,11 +52,11 @@ class PermitExit:
         verdict: Verdict,
         observer_failed: Callable[[object, Exception], None],
     ) -> None:
-        self.pool = pool
-        self.succeed = pool.succeed
-        self.clock = clock
-        self.verdict = verdict
-        self.observer_failed = observer_failed
+        self.pool: Pool = pool
+        self.succeed: Callable[[EndpointState, Ticket, float, float], None] = pool.succeed
+        self.clock: Callable[[], float] = clock
+        self.verdict: Verdict = verdict
+        self.observer_failed: Callable[[object, Exception], None] = observer_failed
 
     def finish(
         self, state: EndpointState, ticket: Ticket, started: float, fault: Fault, retry_after: float | None

@@ -213,7 +213,7 @@ class Telemetry:
     def __init__(self, pool: Pool, *, alert_after: float | None, log_limit: LogLimit) -> None:
         self._pool = pool
         self.log: LimitedLog = LimitedLog(log_limit)
-        self.alert = NoEligibleAlert(alert_after)
+        self.alert: NoEligibleAlert = NoEligibleAlert(alert_after)
         self.wake: Callable[[], None] = _nothing
         """Tell the balancer's timer that the alert's next look may have moved."""
         self._observers: list[Observer] = []

@@ -157,7 +157,7 @@ class EjectionGuard:
         self._ejected = 0
         self._degraded: dict[EndpointState, None] = {}
         """Degraded endpoints, longest degraded first: the next to eject when the guard has room."""
-        self.suppressed = 0
+        self.suppressed: int = 0
         """Trips the guard refused, pool-wide (saturating)."""
 
     @property
