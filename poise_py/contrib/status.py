@@ -39,6 +39,7 @@ from .._balancer import LoadBalancer
 from .._errors import ConfigError
 from .._events import BalancerEvent
 from .._extras import require
+from .._knobs import check_count, check_duration
 from .._snapshot import EndpointSnapshot
 from .._statistics import BalancerStatistics
 
@@ -168,15 +169,11 @@ def _balancers(value: Any) -> dict[str, LoadBalancer]:
 
 
 def _events_kept(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError("events", f"must be an int >= 1, got {value!r}")
-    return value
+    return check_count("events", value)
 
 
 def _poll_interval(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigError("poll_interval", f"must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
+    return check_duration("poll_interval", value)
 
 
 @attrs.define(eq=False)
@@ -304,8 +301,7 @@ async def serve(
     require("poise_py.contrib.status", "status", ["hypercorn"])
     from hypercorn.config import Config  # noqa: PLC0415 - optional dependency
 
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ConfigError("port", f"must be an int in 0..65535, got {port!r}")
+    check_count("port", port, minimum=0, maximum=65535)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
