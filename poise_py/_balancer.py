@@ -230,7 +230,7 @@ class LoadBalancer:
         if self._health is not None:
             self._health.on_change = self._telemetry.health_changed
         self._internals = BalancerInternals(
-            clock=lambda: self._clock(),  # noqa: PLW0108 - __aenter__ rebinds self._clock
+            clock=self._now,  # __aenter__ rebinds self._clock; _now reads the current one
             budget=self._budget,
             classifier=classifier,
             log=self._telemetry.log,

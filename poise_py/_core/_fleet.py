@@ -320,11 +320,7 @@ class FleetCore:
 
     def start_wanted(self, now: float) -> bool:
         """Start the job that :attr:`wanted` asks for; False if none is wanted or one runs."""
-        if self._job is not None or not self._wanted:
-            return False
-        self._wanted = False
-        self._run(now, self._sync(poll=False, timers=True))
-        return True
+        return self._wanted and self.begin(now)
 
     def begin_close(self, now: float) -> bool:
         """Start the job that gives back the leases this balancer holds unused; False if none."""
