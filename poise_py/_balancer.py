@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 import random
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Collection, Hashable
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Hashable
 from functools import partial
 from threading import get_ident
 from types import TracebackType
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ._calls import CallObserver, ObservedPermit
+from ._calls import CallObserver
 from ._classify import Classifier, default_classifier
 from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
@@ -44,21 +44,18 @@ from ._errors import (
     DiscoveryClosed,
     DiscoveryError,
     EmptyPool,
-    NoEligibleEndpoints,
     NotDraining,
     NotRunning,
     ReadyTimeout,
-    SelectionError,
-    WrongThread,
 )
 from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected
 from ._faults import Fault
 from ._health_runner import HealthRunner
 from ._internal import BalancerInternals
+from ._issuer import PermitIssuer
 from ._knobs import check_duration
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
-from ._permit import Permit
 from ._retry import call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
 from ._statistics import BalancerStatistics
@@ -67,10 +64,6 @@ from ._timer import Timer, TimerClient
 
 logger = logging.getLogger("poise_py")
 T = TypeVar("T")
-
-
-_NO_EXCLUDE: Collection[str] = ()
-"""``acquire``'s default ``exclude``: recognised by identity, so the common call checks nothing."""
 
 
 def _backend_clock() -> Callable[[], float]:
@@ -87,7 +80,7 @@ def _backend_clock() -> Callable[[], float]:
     return anyio.current_time  # pragma: no cover - another anyio backend
 
 
-class LoadBalancer:
+class LoadBalancer(PermitIssuer):
     """A client-side load balancer over a discovered pool of endpoints.
 
     Use it as ``async with lb:`` (it owns a task group for discovery and timers), then
@@ -194,14 +187,13 @@ class LoadBalancer:
         self._discovery = discovery
         self._on_end = on_discovery_end
         self._clock_arg = clock
-        self._clock: Callable[[], float] = clock or anyio.current_time
+        self._clock = clock or anyio.current_time
         self._rng = random.Random(seed)  # noqa: S311 - not for security
         self._drain_waiters: dict[EndpointState, anyio.Event] = {}
         self._timer = Timer()
         listener = BalancerListener(self._now, self._timer.wake, self._drain_waiters)
         self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener)
         self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed)
-        """What every permit reports its end to (its clock is set again by ``async with``)."""
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
@@ -217,13 +209,11 @@ class LoadBalancer:
         self._cancelled: type[BaseException] = BaseException
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running = False
-        self._thread = 0
-        """The id of the thread whose event loop runs the balancer (set by ``async with``)."""
+        self._owner = 0
         self._closed = False
         self._gate = 0
-        """The owner thread's id while serving, else 0: ``acquire``'s one test on its hot path."""
         self._budget = Budget(retry_budget)
-        self._call_observers: tuple[CallObserver, ...] = ()
+        self._call_observers = ()
         self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
         listener.telemetry = self._telemetry
         listener.membership = self._membership
@@ -243,7 +233,7 @@ class LoadBalancer:
         self._telemetry.wake = wake
         if self._health is not None:
             self._health.wake = wake
-        self._coordinator: Coordinator | None = None
+        self._coordinator = None
         if coordination is not None:
             self._coordinator = Coordinator(
                 coordination, self._pool, circuit, self._rng, on_fallback=self._coordination_fallback
@@ -266,7 +256,7 @@ class LoadBalancer:
             raise AlreadyRunning("this LoadBalancer is already running")
         self._clock = self._clock_arg or _backend_clock()
         self._exit.clock = self._clock
-        self._thread = get_ident()
+        self._owner = get_ident()
         self._cancelled = anyio.get_cancelled_exc_class()
         self._closed = False
         self._discovery_over = False
@@ -280,7 +270,7 @@ class LoadBalancer:
         self._task_group = task_group
         self._membership.attach(task_group, self._clock)
         self._running = True
-        self._gate = self._thread
+        self._gate = self._owner
         if not isinstance(source, StaticDiscovery):
             task_group.start_soon(self._run_discovery, source)
         if self._health is not None:
@@ -328,64 +318,7 @@ class LoadBalancer:
         """True inside the balancer's ``async with`` block."""
         return self._running
 
-    # -- the hot path ------------------------------------------------------------------
-
-    def acquire(self, *, key: Hashable | None = None, exclude: Collection[str] = _NO_EXCLUDE) -> Permit:
-        """Reserve a permit for one call.
-
-        Selection happens here, synchronously and atomically (a half-open probe slot is
-        reserved before this returns). Use the result as an async context manager.
-
-        Args:
-            key: the request key for hashing policies.
-            exclude: endpoint ids not to choose (already tried): a collection of
-                strings (a list, a set...). One bare string is refused, not read as a
-                collection of characters.
-
-        Raises:
-            EmptyPool: discovery has delivered no endpoint yet.
-            NoEligibleEndpoints: endpoints exist but none may take a permit now.
-            ReadinessError: readiness failures quarantined every endpoint (the error names
-                the last one; the per-reason counts are on its ``__cause__``).
-            DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
-            NotRunning: outside ``async with lb``.
-            ConfigError: ``exclude`` is not a collection of endpoint ids.
-            WrongThread: called from a thread other than the balancer's (a balancer
-                belongs to one event loop).
-        """
-        if exclude is not _NO_EXCLUDE:
-            _check_exclude(exclude)
-        if get_ident() != self._gate:  # one test: serving, and on the owner's thread
-            self._refuse()
-        pool = self._pool
-        try:
-            selected = pool.select(self._clock() if pool.clocked else 0.0, key, exclude)
-        except SelectionError as exc:
-            if self._coordinator is not None:
-                self._coordinator.refused(self._clock())  # demand: a waiting half-open round leases
-            if isinstance(exc, NoEligibleEndpoints):
-                readiness = self._membership.readiness_error()
-                if readiness is not None:
-                    self._telemetry.selection_failed(readiness, self._clock())
-                    raise readiness from exc
-            self._telemetry.selection_failed(exc, self._clock())
-            raise
-        if self._call_observers:
-            return ObservedPermit(self._exit, selected, self._call_observers)
-        return Permit(self._exit, selected)
-
-    def _refuse(self) -> None:
-        """Why ``acquire`` cannot select now: not running, another thread, or failed closed."""
-        if not self._running:
-            raise NotRunning("acquire() needs a running balancer: use it inside `async with lb:`")
-        if get_ident() != self._thread:
-            raise WrongThread(
-                "acquire() was called from another thread: a LoadBalancer belongs to the event loop that "
-                "runs its `async with` block; hand the call to that loop (anyio.from_thread.run)"
-            )
-        closed = DiscoveryClosed("the discovery stream ended and the balancer fails closed")
-        self._telemetry.selection_failed(closed, self._clock())
-        raise closed
+    # -- calls (acquire is PermitIssuer's: poise_py/_issuer.py) ---------------------------
 
     async def call(
         self,
@@ -573,7 +506,7 @@ class LoadBalancer:
         changes = await membership.apply(update, self._clock)
         now = self._clock()
         self._closed = False
-        self._gate = self._thread if self._running else 0
+        self._gate = self._owner if self._running else 0
         self._telemetry.emit(
             DiscoveryApplied(
                 at=now,
@@ -689,14 +622,6 @@ def _reread(read: Callable[[float], T], clock: Callable[[], float]) -> T:
         except (RuntimeError, KeyError):  # the pool changed under a reader thread: read again
             continue
     return read(now)
-
-
-def _check_exclude(exclude: object) -> None:
-    if isinstance(exclude, str | bytes) or not isinstance(exclude, Collection):
-        raise ConfigError("exclude", f"must be a collection of endpoint ids such as a list or a set, got {exclude!r}")
-    for endpoint_id in exclude:
-        if not isinstance(endpoint_id, str):
-            raise ConfigError("exclude", f"must hold endpoint ids (strings), got {endpoint_id!r}")
 
 
 def _first_exception(group: BaseException) -> Exception | None:

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._endpoint import Endpoint  # at run time: the compiled build reads CallEnded's annotations
 from ._faults import Fault
 from ._permit import Permit
 
 if TYPE_CHECKING:
     from ._core._pool import Selection
     from ._dispatch import PermitExit
-    from ._endpoint import Endpoint
 
 
 @attrs.frozen(kw_only=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._core._listener import PoolListener
 from ._events import PanicEnded, PanicStarted
 
 if TYPE_CHECKING:
@@ -35,15 +34,12 @@ class PermitExit:
 
     Attributes:
         pool: the pool the permits were selected from.
-        succeed: the pool's ``succeed(state, ticket, now, started)``; a permit passes 0.0
-            as ``now`` without reading the clock when ``state.circuit.clocked`` is False
-            (the hot path: one call, and one clock read only when the success needs it).
         clock: the balancer's clock (set again when the balancer starts on a backend).
         verdict: the balancer's classification of an exception that left a permit block.
         observer_failed: logs a call observer that raised.
     """
 
-    __slots__ = ("clock", "observer_failed", "pool", "succeed", "verdict")
+    __slots__ = ("clock", "observer_failed", "pool", "verdict")
 
     def __init__(
         self,
@@ -53,10 +49,13 @@ class PermitExit:
         observer_failed: Callable[[object, Exception], None],
     ) -> None:
         self.pool: Pool = pool
-        self.succeed: Callable[[EndpointState, Ticket, float, float], None] = pool.succeed
         self.clock: Callable[[], float] = clock
         self.verdict: Verdict = verdict
         self.observer_failed: Callable[[object, Exception], None] = observer_failed
+
+    def succeed(self, state: EndpointState, ticket: Ticket, started: float) -> None:
+        """Record a success: the hot path of every call (the clock is read only if the circuit needs the time)."""
+        self.pool.succeed(state, ticket, self.clock() if state.circuit.clocked else 0.0, started)
 
     def finish(
         self, state: EndpointState, ticket: Ticket, started: float, fault: Fault, retry_after: float | None
@@ -83,8 +82,10 @@ class PermitExit:
         self.pool.orphans.append((state, ticket))
 
 
-class BalancerListener(PoolListener):
+class BalancerListener:
     """The balancer's :class:`PoolListener`: fans the pool's reports out to the shell's parts.
+
+    It implements the protocol structurally (the compiled build cannot subclass one).
 
     Args:
         clock: reads the balancer's current clock, to date panic and degradation events.

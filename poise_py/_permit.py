@@ -78,9 +78,7 @@ class Permit:
     def succeed(self) -> None:
         """Report success."""
         self._claim()
-        exit_ = self._exit
-        state = self._state
-        exit_.succeed(state, self._ticket, exit_.clock() if state.circuit.clocked else 0.0, self._started)
+        self._exit.succeed(self._state, self._ticket, self._started)
 
     def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None) -> None:
         """Report a failure of tier ``fault``; ``retry_after`` opens the circuit at least that long."""
@@ -119,10 +117,7 @@ class Permit:
             return
         self._done = True
         if exc is None:
-            # The hot path: the clock is read only if the circuit needs the time.
-            exit_ = self._exit
-            state = self._state
-            exit_.succeed(state, self._ticket, exit_.clock() if state.circuit.clocked else 0.0, self._started)
+            self._exit.succeed(self._state, self._ticket, self._started)  # the hot path
         else:
             self._exit.finish_exc(self._state, self._ticket, self._started, exc)
 

@@ -55,6 +55,7 @@ from .._errors import IneligibleReason
 from .._faults import Fault
 from ._circuit_policy import CircuitPolicy
 from ._ejection import MAX_LEVEL
+from ._native import mypyc_attr
 from ._window import FAILED, SLOW, CountWindow, TimeWindow, Window
 
 
@@ -143,6 +144,7 @@ _LOW = _RUN - 1
 """The SUSPECT run's mask; each run saturates at this many."""
 
 
+@mypyc_attr(native_class=False)
 class LocalProtocolError(RuntimeError):
     """An illegal circuit move was attempted; the circuit is unchanged. Always a bug."""
 

@@ -35,9 +35,10 @@ from ._circuit_policy import CircuitPolicy
 from ._ejection import EjectionGuard, rate_quorum, rotation_answers
 from ._listener import NullListener, PoolListener
 from ._outlier import OutlierSampler
+from ._pickers import Instant, Loads, PickFn
 from ._record import FAULT_INDEX, SATURATED, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
 from ._routing import TRAFFIC_UNITS, Panic, PanicTicket, Router, Routing, Scope, decision, pick_in
-from ._selection import Instant, Loads, PickFn, Policy
+from ._selection import Policy
 
 Selection: TypeAlias = tuple[EndpointState, Ticket, float, Decision]
 """What :meth:`Pool.select` returns: the endpoint, its ticket, the time it was given, the decision."""

@@ -53,8 +53,9 @@ from .._endpoint import Endpoint
 from .._errors import ConfigError
 from .._knobs import check_count, check_number, check_share
 from ._circuit import Ticket
+from ._pickers import Instant, Loads, Picker, TotalingLoads, ratio
 from ._record import EndpointState
-from ._selection import Instant, Loads, Picker, Policy, TotalingLoads, ratio
+from ._selection import Policy
 
 TRAFFIC_UNITS = 1_000_000
 """Shares are integers in millionths of the traffic."""

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 import poise_py as poise
 from poise_py import CapacityOverflow, ConfigError
 from poise_py._core._circuit import Ticket
+from poise_py._core._pickers import TotalingLoads
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
-from poise_py._core._selection import TotalingLoads
 from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
 from tests.support.clocks import FakeClock
 from tests.support.routing import eject, make_pool, run, shares

@@ -22,16 +22,16 @@ import poise_py as poise
 from poise_py import AdminStatus, CircuitState, DecisionMode, Fault, IneligibleReason, SelectionError
 from poise_py._core._circuit import Ticket
 from poise_py._core._ejection import ejection_allowance
+from poise_py._core._pickers import (
+    HashPicker,
+    P2CPicker,
+    TotalingLoads,
+    WeightedRandomPicker,
+    WeightedRoundRobinPicker,
+)
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
 from poise_py._core._routing import TRAFFIC_UNITS, DegradedScope, PanicScope, Scope, distribute, health
-from poise_py._core._selection import (
-    TotalingLoads,
-    _HashPicker,
-    _P2CPicker,
-    _WeightedRandomPicker,
-    _WeightedRoundRobinPicker,
-)
 
 IDS = [f"e{i}" for i in range(10)]
 OPTED_OUT = {AdminStatus.DRAINING, AdminStatus.DISABLED}
@@ -309,7 +309,7 @@ class RoutingMachine(RuleBasedStateMachine):
             assert [scope.view[i] for i in range(len(candidates))] == [s.inflight for s in candidates]
         picker = scope.picker
         weights = [s.endpoint.weight for s in candidates]
-        if isinstance(picker, _WeightedRandomPicker):
+        if isinstance(picker, WeightedRandomPicker):
             buckets = picker.buckets.buckets()
             assert picker.buckets.total == sum(weights)
             held = [s for states, *_ in buckets for s in states]
@@ -322,9 +322,9 @@ class RoutingMachine(RuleBasedStateMachine):
                 assert len({w.bit_length() for w in bucket_weights}) == 1
                 assert top >= max(bucket_weights)
                 assert below == sum(w < top for w in bucket_weights)
-        if isinstance(picker, _WeightedRoundRobinPicker):
+        if isinstance(picker, WeightedRoundRobinPicker):
             assert {id(s) for s in picker.schedule.live_states()} == expected
-        if isinstance(picker, _P2CPicker):
+        if isinstance(picker, P2CPicker):
             member_weights = collections.Counter(s.endpoint.weight for s in mine)
             assert picker._weights == member_weights
             if len(member_weights) > 1:  # weighted mode: Envoy's least request over the candidates
@@ -334,7 +334,7 @@ class RoutingMachine(RuleBasedStateMachine):
             else:
                 assert picker.schedule is None
                 assert picker.pick == picker._least_loaded
-        if isinstance(picker, _HashPicker):
+        if isinstance(picker, HashPicker):
             assert {id(s) for s in picker.table._members if picker.is_candidate(s)} == expected
             assert picker._weight == sum(weights)
             table_members = {id(s) for s in picker.table._members}

@@ -1,0 +1,395 @@
+"""Pickers: the running state of a selection policy in one scope, and its pick (the hot path).
+
+A public policy (:mod:`poise_py._core._selection`) is a frozen configuration; its
+``bind(rng)`` returns one of these pickers for one scope of one balancer (a balancer has a
+scope per tier, per zone side, and per panic set), with the balancer's seeded rng
+injected so every pick is reproducible. Pickers that need a structure over the candidates
+keep it in step with the candidate list through optional hooks the scope calls after each
+change (``added``, ``removed``, ``joined``, ``left``, ``attach``: see ``_selection.py``),
+so a pick never scans.
+
+Configuration and running state are separate modules so that the optional compiled build
+compiles the pickers (and the rest of the hot path) while the policies stay attrs classes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Hashable, Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Protocol, SupportsIndex, TypeAlias
+
+from .._errors import CapacityOverflow
+from ._maglev import MaglevTable, key_hash
+from ._native import mypyc_attr
+from ._weights import STRIDE_SCALE, PackedSchedule, WeightBuckets, WeightClasses
+
+if TYPE_CHECKING:
+    from ._record import EndpointState
+    from ._routing import Scope
+
+
+class Loads(Protocol):
+    """``loads[i]`` is ``candidates[i].inflight`` (a compact copy, so load-aware picks stay in cache)."""
+
+    def __getitem__(self, index: int, /) -> int: ...
+
+    def __len__(self) -> int: ...
+
+
+@mypyc_attr(native_class=False)
+class TotalingLoads(list[int]):
+    """A scope's loads that also keep their sum, for bounded-load hashing's mean load.
+
+    Only scopes whose policy ``tracks_load`` use it, so the other policies' hot path
+    stores into a plain list.
+    """
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+
+    def __setitem__(self, index: int, value: int) -> None:  # type: ignore[override]
+        self.total += value - list.__getitem__(self, index)
+        list.__setitem__(self, index, value)
+
+    def append(self, value: int) -> None:
+        """Append, adding to the total."""
+        self.total += value
+        list.append(self, value)
+
+    def pop(self, index: SupportsIndex = -1) -> int:
+        """Pop, subtracting from the total."""
+        value = list.pop(self, index)
+        self.total -= value
+        return value
+
+
+class Instant:
+    """The pool's latest clock reading, shared with pickers that weigh time (:class:`PeakEwma`)."""
+
+    value: float
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float = 0.0) -> None:
+        self.value = value
+
+
+PickFn: TypeAlias = "Callable[[Sequence[EndpointState], Loads, Hashable | None], EndpointState]"
+"""A picker's ``pick``."""
+
+
+class Picker(Protocol):
+    """Picks among candidates; one per scope, holds the policy's running state."""
+
+    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+        """Return one of ``candidates`` (never empty)."""
+
+
+def _two(unit: Callable[[], float], n: int) -> tuple[int, int]:
+    """Two distinct uniform indices below ``n`` (``n >= 2``)."""
+    i = int(unit() * n)
+    j = int(unit() * (n - 1))
+    if j >= i:
+        j += 1
+    return i, j
+
+
+class RoundRobinPicker:
+    __slots__ = ("_next",)
+
+    def __init__(self, start: int) -> None:
+        self._next = start
+
+    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+        i = self._next
+        self._next = i + 1 if i < (1 << 62) else 0
+        return candidates[i % len(candidates)]
+
+
+class RandomPicker:
+    __slots__ = ("_unit",)
+
+    def __init__(self, unit: Callable[[], float]) -> None:
+        self._unit = unit
+
+    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+        return candidates[int(self._unit() * len(candidates))]
+
+
+class WeightedRandomPicker:
+    __slots__ = ("_unit", "buckets")
+
+    def __init__(self, unit: Callable[[], float]) -> None:
+        self._unit = unit
+        self.buckets = WeightBuckets()
+
+    def added(self, state: EndpointState, pos: int) -> None:
+        self.buckets.add(state, state.endpoint.weight)
+
+    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
+        self.buckets.remove(state, state.endpoint.weight)
+
+    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+        return self.buckets.draw(self._unit)
+
+
+class WeightedRoundRobinPicker:
+    __slots__ = ("schedule",)
+
+    def __init__(self) -> None:
+        self.schedule = WeightClasses()
+
+    def added(self, state: EndpointState, pos: int) -> None:
+        self.schedule.add(state, state.endpoint.weight)
+
+    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
+        self.schedule.remove(state, state.endpoint.weight)
+
+    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+        return self.schedule.next()
+
+
+class P2CPicker:
+    __slots__ = ("_bias", "_candidates", "_random", "_weights", "pick", "schedule")
+
+    def __init__(self, unit: Callable[[], float], bias: float) -> None:
+        self._random = unit
+        self._bias = bias
+        self._candidates: Sequence[EndpointState] = ()
+        self._weights: dict[int, int] = {}
+        """How many members carry each weight: one key means unweighted mode."""
+        self.schedule: PackedSchedule | None = None
+        """The least-request rotation over the candidates, kept only in weighted mode."""
+        self.pick: PickFn = self._least_loaded
+
+    def attach(self, scope: Scope) -> None:
+        self._candidates = scope.candidates
+
+    def _stride(self, state: EndpointState) -> int:
+        weight = state.endpoint.weight
+        bias = self._bias
+        if bias == 1.0:
+            return STRIDE_SCALE * (state.inflight + 1) // weight
+        if bias == 0.0:
+            return STRIDE_SCALE // weight
+        return max(1, int(STRIDE_SCALE * (state.inflight + 1) ** bias / weight))
+
+    # The mode follows the weights of the scope's members, not of its candidates, so an
+    # endpoint's health flapping never switches it; a switch (a discovery change of
+    # weights) builds or drops the schedule in O(n), once.
+
+    def joined(self, state: EndpointState) -> None:
+        weights = self._weights
+        w = state.endpoint.weight
+        weights[w] = weights.get(w, 0) + 1
+        if len(weights) == 2 and self.schedule is None:
+            schedule = self.schedule = PackedSchedule()
+            for candidate in self._candidates:
+                schedule.add(candidate, self._stride(candidate))
+            self.pick = self._least_request
+
+    def left(self, state: EndpointState) -> None:
+        weights = self._weights
+        w = state.endpoint.weight
+        left = weights[w] - 1
+        if left:
+            weights[w] = left
+        else:
+            del weights[w]
+        if len(weights) < 2 and self.schedule is not None:
+            self.schedule = None
+            self.pick = self._least_loaded
+
+    def added(self, state: EndpointState, pos: int) -> None:
+        schedule = self.schedule
+        if schedule is not None:
+            schedule.add(state, self._stride(state))
+
+    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
+        schedule = self.schedule
+        if schedule is not None:
+            schedule.remove(state)
+
+    def _least_loaded(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+        n = len(candidates)
+        if n == 1:
+            return candidates[0]
+        rnd = self._random
+        i = int(rnd() * n)
+        j = int(rnd() * (n - 1))
+        if j >= i:
+            j += 1
+        return candidates[j] if loads[j] < loads[i] else candidates[i]
+
+    def _least_request(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+        schedule = self.schedule
+        assert schedule is not None  # noqa: S101 - weighted mode keeps one
+        state = schedule.head()
+        schedule.advance(self._stride(state))
+        return state
+
+
+class PeakEwmaPicker:
+    __slots__ = ("_decay", "_default", "_random", "now")
+
+    def __init__(self, unit: Callable[[], float], default_rtt: float, decay: float) -> None:
+        self._random = unit
+        self._default = default_rtt
+        self._decay = decay
+        self.now = Instant()
+
+    def attach(self, scope: Scope) -> None:
+        self.now = scope.instant
+
+    def cost(self, state: EndpointState, load: int, now: float) -> float:
+        at = state.ewma_at
+        if at is None:
+            return self._default * (load + 1)
+        return state.ewma * math.exp(-max(0.0, now - at) / self._decay) * (load + 1)
+
+    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+        n = len(candidates)
+        if n == 1:
+            return candidates[0]
+        i, j = _two(self._random, n)
+        now = self.now.value
+        a = candidates[i]
+        b = candidates[j]
+        return b if self.cost(b, loads[j], now) < self.cost(a, loads[i], now) else a
+
+
+_WALK = 64
+"""Table probes per key before the fallback scan of the candidate list."""
+
+
+class HashPicker:
+    __slots__ = ("_degraded", "_den", "_num", "_panic", "_unit", "_weight", "table")
+
+    def __init__(self, unit: Callable[[], float], table_size: int, balance_factor: float | None) -> None:
+        self._unit = unit
+        self.table = MaglevTable(table_size)
+        self._panic = False
+        """Whether candidacy is ``state.ppos >= 0`` (a panic scope) rather than ``state.pos >= 0``."""
+        self._degraded = False
+        """Whether candidacy is ``state.dpos >= 0`` (a degraded scope)."""
+        self._weight = 0
+        """The candidates' total weight."""
+        if balance_factor is None:
+            self._num = self._den = 0
+        else:
+            self._num, self._den = ratio(balance_factor)
+
+    def attach(self, scope: Scope) -> None:
+        self._panic = scope.panic
+        self._degraded = scope.degraded
+
+    def joined(self, state: EndpointState) -> None:
+        self.table.add(state)
+
+    def left(self, state: EndpointState) -> None:
+        self.table.discard(state)
+
+    def added(self, state: EndpointState, pos: int) -> None:
+        self._weight += state.endpoint.weight
+
+    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
+        self._weight -= state.endpoint.weight
+
+    def is_candidate(self, state: EndpointState) -> bool:
+        """Whether a table member may take the call now (members of this scope only)."""
+        return (state.ppos if self._panic else state.dpos if self._degraded else state.pos) >= 0
+
+    def _room(self, loads: Loads) -> Callable[[EndpointState], bool] | None:
+        """The bounded-load test for this pick, or None when no bound applies."""
+        if not self._num or not isinstance(loads, TotalingLoads):
+            return None
+        scale = self._num * (loads.total + 1)
+        per_weight = self._den * self._weight
+
+        # inflight < ceil(c (total + 1) w / W)  <=>  inflight < c (total + 1) w / W
+        def room(state: EndpointState) -> bool:
+            return state.inflight * per_weight < scale * state.endpoint.weight
+
+        return room
+
+    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+        if key is None:
+            return candidates[int(self._unit() * len(candidates))]
+        slots = self.table.slots()
+        h = key_hash(key)
+        room = self._room(loads) if self._num else None
+        state = slots[h % len(slots)]
+        if (state.ppos if self._panic else state.dpos if self._degraded else state.pos) >= 0 and (
+            room is None or room(state)
+        ):
+            return state
+        found = self._walk(slots, h, candidates, room, ())
+        if found is None:
+            raise CapacityOverflow(
+                f"bounded load: none of {len(candidates)} candidates is under {self._num}/{self._den} x the mean load"
+            )
+        return found
+
+    def pick_excluding(
+        self,
+        candidates: Sequence[EndpointState],
+        loads: Loads,
+        key: Hashable | None,
+        exclude: Collection[str],
+    ) -> EndpointState | None:
+        """The key's first candidate not in ``exclude`` (the bound relaxed if only it stands in the way)."""
+        if key is None:
+            rest = [s for s in candidates if s.endpoint.id not in exclude]
+            return rest[int(self._unit() * len(rest))] if rest else None
+        slots = self.table.slots()
+        h = key_hash(key)
+        found = self._walk(slots, h, candidates, self._room(loads), exclude, first=True)
+        if found is None:
+            found = self._walk(slots, h, candidates, None, exclude, first=True)
+        return found
+
+    def _walk(
+        self,
+        slots: Sequence[EndpointState],
+        h: int,
+        candidates: Sequence[EndpointState],
+        room: Callable[[EndpointState], bool] | None,
+        exclude: Collection[str],
+        *,
+        first: bool = False,
+    ) -> EndpointState | None:
+        usable = self.is_candidate
+        m = len(slots)
+        if m > 1:
+            i = h % m
+            stride = (h >> 32) % (m - 1) + 1
+            if not first:
+                i += stride
+                if i >= m:
+                    i -= m
+            for _ in range(_WALK):
+                state = slots[i]
+                if usable(state) and state.endpoint.id not in exclude and (room is None or room(state)):
+                    return state
+                i += stride
+                if i >= m:
+                    i -= m
+        # Most of the table is unusable for this key: scan the candidates from a
+        # key-determined start (consistent while the candidate list is unchanged).
+        n = len(candidates)
+        start = h % n if n else 0
+        for k in range(n):
+            state = candidates[(start + k) % n]
+            if state.endpoint.id not in exclude and (room is None or room(state)):
+                return state
+        return None
+
+
+def ratio(value: float) -> tuple[int, int]:
+    """``value`` as an exact ratio of its shortest decimal form (1.4 -> 7/5), for integer arithmetic."""
+    exact = Fraction(repr(float(value))).limit_denominator(1_000_000)
+    return exact.numerator, exact.denominator
