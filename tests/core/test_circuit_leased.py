@@ -121,12 +121,13 @@ def test_unleasing_a_half_open_circuit_whose_probes_passed_closes_it() -> None:
 def test_leasing_takes_back_free_local_slots_but_not_probes_in_flight() -> None:
     c = make(permitted_probes=3)
     trip(c)
-    assert c.reopen_at is not None
-    c.handle_timer(c.reopen_at)
-    ticket_of(c, c.reopen_at)
-    c.set_leased(True, c.reopen_at)
+    at = c.reopen_at
+    assert at is not None
+    c.handle_timer(at)
+    ticket_of(c, at)
+    c.set_leased(True, at)
     assert c.probe_limit == 1
-    assert c.try_acquire(c.reopen_at) is IneligibleReason.PROBES_TAKEN
+    assert c.try_acquire(at) is IneligibleReason.PROBES_TAKEN
 
 
 def test_adopting_closed_starts_a_fresh_episode_and_stales_old_permits() -> None:
