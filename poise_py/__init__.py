@@ -30,6 +30,8 @@ from ._core._budget import RetryBudget as RetryBudget
 from ._core._circuit import Cause as Cause
 from ._core._circuit import CircuitState as CircuitState
 from ._core._circuit_policy import CircuitPolicy as CircuitPolicy
+from ._core._circuit_policy import CountWindow as CountWindow
+from ._core._circuit_policy import TimeWindow as TimeWindow
 from ._core._ejection import Backoff as Backoff
 from ._core._ejection import Escalation as Escalation
 from ._core._ejection import HardCap as HardCap
@@ -48,8 +50,6 @@ from ._core._selection import Random as Random
 from ._core._selection import RoundRobin as RoundRobin
 from ._core._selection import WeightedRandom as WeightedRandom
 from ._core._selection import WeightedRoundRobin as WeightedRoundRobin
-from ._core._window import CountWindow as CountWindow
-from ._core._window import TimeWindow as TimeWindow
 from ._decision import Decision as Decision
 from ._decision import DecisionMode as DecisionMode
 from ._discovery import Delta as Delta
@@ -120,6 +120,9 @@ from ._statistics import BalancerStatistics as BalancerStatistics
 from ._statistics import PoolCounters as PoolCounters
 from ._telemetry import EventStream as EventStream
 from ._telemetry import Observer as Observer
-from ._version import VERSION
+from ._version import VERSION, compiled
 
 __version__ = VERSION
+
+COMPILED: bool = compiled()
+"""True if this install runs the hot path compiled (the optional mypyc build, ``docs/performance.md``)."""

@@ -53,10 +53,10 @@ import attrs
 
 from .._errors import IneligibleReason
 from .._faults import Fault
-from ._circuit_policy import CircuitPolicy
+from ._circuit_policy import CircuitPolicy, CountWindow, TimeWindow
 from ._ejection import MAX_LEVEL
 from ._native import mypyc_attr
-from ._window import FAILED, SLOW, CountWindow, TimeWindow, Window
+from ._window import FAILED, SLOW, Window
 
 
 class CircuitState(enum.Enum):
@@ -159,6 +159,18 @@ class Ticket:
 
     epoch: int
     probe: bool
+
+
+@attrs.frozen
+class PanicTicket(Ticket):
+    """The ticket of a panic permit on an endpoint whose circuit would refuse one.
+
+    A panic pick may land on an OPEN circuit (or a HALF_OPEN one whose probe slots are
+    taken). Such a permit carries the circuit's epoch but no slot: its outcome is
+    counted on the endpoint (successes, faults, latency) and never reaches the circuit,
+    so a panic call can neither close an OPEN circuit early, nor reopen, strike or block
+    it; only the circuit's own probe decides.
+    """
 
 
 _TICKETS: dict[tuple[int, bool], Ticket] = {}

@@ -8,7 +8,37 @@ from .._errors import ConfigError
 from .._knobs import check_count, check_duration, check_share, optional
 from ._ejection import Escalation, HardCap
 from ._outlier import SuccessRateEjection
-from ._window import CountWindow, TimeWindow
+from ._window import CountRing, TimeRing, Window
+
+
+@attrs.frozen
+class CountWindow:
+    """Configuration of a sliding count window over the last ``size`` outcomes."""
+
+    size: int = 100
+
+    def __attrs_post_init__(self) -> None:
+        check_count("CountWindow.size", self.size, maximum=1_000_000)
+
+    def build(self) -> Window:
+        """Return a fresh window of this shape."""
+        return CountRing(self.size)
+
+
+@attrs.frozen
+class TimeWindow:
+    """Configuration of a sliding time window of ``duration`` seconds in ``buckets`` slices."""
+
+    duration: float = 30.0
+    buckets: int = 10
+
+    def __attrs_post_init__(self) -> None:
+        check_duration("TimeWindow.duration", self.duration)
+        check_count("TimeWindow.buckets", self.buckets, maximum=10_000)
+
+    def build(self) -> Window:
+        """Return a fresh window of this shape."""
+        return TimeRing(float(self.duration), self.buckets)
 
 
 @attrs.frozen(kw_only=True)

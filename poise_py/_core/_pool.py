@@ -30,14 +30,14 @@ from .._decision import Decision, DecisionMode
 from .._endpoint import AdminStatus, Endpoint
 from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, WeightOverflow
 from .._faults import Fault
-from ._circuit import Cause, Circuit, CircuitState, Ticket, Transition
+from ._circuit import Cause, Circuit, CircuitState, PanicTicket, Ticket, Transition
 from ._circuit_policy import CircuitPolicy
 from ._ejection import EjectionGuard, rate_quorum, rotation_answers
 from ._listener import NullListener, PoolListener
 from ._outlier import OutlierSampler
 from ._pickers import Instant, Loads, PickFn
 from ._record import FAULT_INDEX, SATURATED, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
-from ._routing import TRAFFIC_UNITS, Panic, PanicTicket, Router, Routing, Scope, decision, pick_in
+from ._routing import TRAFFIC_UNITS, Panic, Router, Routing, Scope, decision, pick_in
 from ._selection import Policy
 
 Selection: TypeAlias = tuple[EndpointState, Ticket, float, Decision]

@@ -62,7 +62,7 @@ class RetryLoop:
 
     __slots__ = ("_attempts", "_budget", "_made", "_tried")
 
-    def __init__(self, budget: Budget, attempts: int) -> None:
+    def __init__(self, budget: Budget, attempts: object) -> None:
         self._budget = budget
         self._attempts = check_attempts(attempts)
         self._made = 0

@@ -52,7 +52,6 @@ from .._decision import Decision, DecisionMode
 from .._endpoint import Endpoint
 from .._errors import ConfigError
 from .._knobs import check_count, check_number, check_share
-from ._circuit import Ticket
 from ._pickers import Instant, Loads, Picker, TotalingLoads, ratio
 from ._record import EndpointState
 from ._selection import Policy
@@ -138,18 +137,6 @@ class Routing:
     @max_total_weight.validator
     def _check_max_weight(self, attribute: object, value: int) -> None:
         check_count("Routing.max_total_weight", value, maximum=MAX_TOTAL_WEIGHT)
-
-
-@attrs.frozen
-class PanicTicket(Ticket):
-    """The ticket of a panic permit on an endpoint whose circuit would refuse one.
-
-    A panic pick may land on an OPEN circuit (or a HALF_OPEN one whose probe slots are
-    taken). Such a permit carries the circuit's epoch but no slot: its outcome is
-    counted on the endpoint (successes, faults, latency) and never reaches the circuit,
-    so a panic call can neither close an OPEN circuit early, nor reopen, strike or block
-    it; only the circuit's own probe decides.
-    """
 
 
 _DECISIONS: dict[tuple[DecisionMode, int], Decision] = {}

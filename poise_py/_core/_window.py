@@ -4,21 +4,18 @@ A window holds the recent outcomes of one endpoint's calls in the CLOSED state a
 answers three questions: how many (the volume), how many failed, how many were slow.
 Two shapes, both O(1) per outcome:
 
-- :class:`CountWindow`: the last ``size`` outcomes (a ring buffer). Forgets by volume:
+- :class:`CountRing` (configured by ``CountWindow``): the last ``size`` outcomes (a ring buffer). Forgets by volume:
   old outcomes fall out as new ones arrive. Predictable under light traffic.
-- :class:`TimeWindow`: outcomes of the last ``duration`` seconds, in ``buckets`` slices.
+- :class:`TimeRing` (configured by ``TimeWindow``): outcomes of the last ``duration`` seconds, in ``buckets`` slices.
   Forgets by time: an idle endpoint's old blips expire by themselves.
 
-Cancellations, CALLER faults and TRANSIENT faults never enter a window.
+Cancellations, CALLER faults and TRANSIENT faults never enter a window. The two
+configurations (``CountWindow``, ``TimeWindow``) are circuit knobs, in ``_circuit_policy.py``.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
-
-import attrs
-
-from .._knobs import check_count, check_duration
 
 FAILED = 1
 SLOW = 2
@@ -37,37 +34,7 @@ class Window(Protocol):
         """Forget everything (the circuit closed or was reset)."""
 
 
-@attrs.frozen
-class CountWindow:
-    """Configuration of a sliding count window over the last ``size`` outcomes."""
-
-    size: int = 100
-
-    def __attrs_post_init__(self) -> None:
-        check_count("CountWindow.size", self.size, maximum=1_000_000)
-
-    def build(self) -> Window:
-        """Return a fresh window of this shape."""
-        return _CountWindow(self.size)
-
-
-@attrs.frozen
-class TimeWindow:
-    """Configuration of a sliding time window of ``duration`` seconds in ``buckets`` slices."""
-
-    duration: float = 30.0
-    buckets: int = 10
-
-    def __attrs_post_init__(self) -> None:
-        check_duration("TimeWindow.duration", self.duration)
-        check_count("TimeWindow.buckets", self.buckets, maximum=10_000)
-
-    def build(self) -> Window:
-        """Return a fresh window of this shape."""
-        return _TimeWindow(float(self.duration), self.buckets)
-
-
-class _CountWindow:
+class CountRing:
     __slots__ = ("_failures", "_pos", "_ring", "_size", "_slow", "_volume")
 
     def __init__(self, size: int) -> None:
@@ -103,7 +70,7 @@ class _CountWindow:
         self._pos = self._volume = self._failures = self._slow = 0
 
 
-class _TimeWindow:
+class TimeRing:
     """Buckets indexed by ``floor(now / width)``; a bucket older than the window is reset."""
 
     __slots__ = ("_epochs", "_failures", "_n", "_slow", "_volume", "_width")

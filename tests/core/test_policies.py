@@ -20,6 +20,7 @@ from poise_py._core._pickers import TotalingLoads
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
 from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
+from tests.support.circuits import make
 from tests.support.clocks import FakeClock
 from tests.support.routing import eject, make_pool, run, shares
 
@@ -340,7 +341,7 @@ def test_weight_buckets_hold_what_was_added_and_draw_only_held_states(
     held: dict[EndpointState, int] = {}
     for n, (grow, w) in enumerate(ops):
         if grow or not held:
-            state = EndpointState(poise.Endpoint(f"e{n}", weight=w), None)  # type: ignore[arg-type]
+            state = EndpointState(poise.Endpoint(f"e{n}", weight=w), make())
             buckets.add(state, w)
             held[state] = w
         else:
@@ -366,7 +367,7 @@ def test_the_packed_schedule_picks_exactly_as_the_list_schedule(ops: list[tuple[
     for n, (op, w) in enumerate(ops):
         stride = STRIDE_SCALE // w
         if op == 0 or not held:
-            state = EndpointState(poise.Endpoint(f"e{n}", weight=w), None)  # type: ignore[arg-type]
+            state = EndpointState(poise.Endpoint(f"e{n}", weight=w), make())
             packed.add(state, stride)
             plain.add(state, stride)
             held.append(state)

@@ -8,8 +8,9 @@ import pytest
 
 import poise_py as poise
 from poise_py import AdminStatus, CircuitState, DecisionMode, IneligibleReason, NoEligibleEndpoints
+from poise_py._core._circuit import PanicTicket
 from poise_py._core._record import MODE_INDEX
-from poise_py._core._routing import TRAFFIC_UNITS, PanicTicket, distribute, health
+from poise_py._core._routing import TRAFFIC_UNITS, distribute, health
 from tests.support.clocks import FakeClock
 from tests.support.routing import decisions, eject, make_pool, run, shares, tiered
 

@@ -1,0 +1,51 @@
+"""The install under test is the build CI meant: pure Python, or the optional compiled build.
+
+``.ci/run`` runs the suite twice: on the editable (pure-Python) install, and on a wheel
+built with ``HATCH_BUILD_HOOK_ENABLE_MYPYC=true`` with ``POISE_EXPECT_COMPILED=1`` set, so
+neither run can quietly test the other build.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import poise_py as poise
+
+HOT_PATH = (
+    "poise_py._core._pool",
+    "poise_py._core._circuit",
+    "poise_py._core._pickers",
+    "poise_py._core._record",
+    "poise_py._core._window",
+    "poise_py._permit",
+    "poise_py._dispatch",
+    "poise_py._issuer",
+)
+
+
+def test_the_build_is_the_one_expected() -> None:
+    expected = os.environ.get("POISE_EXPECT_COMPILED") == "1"
+    assert poise.COMPILED is expected
+    for name in HOT_PATH:
+        origin = sys.modules[name].__file__
+        assert origin is not None
+        assert origin.endswith(".py") is not expected, origin
+
+
+def test_the_configuration_modules_stay_interpreted_in_either_build() -> None:
+    # The public attrs classes users build: compiled code would convert a knob's type (True
+    # to 1, say) before the knob's own check could refuse it with a ConfigError naming it.
+    configuration = (
+        "poise_py._core._selection",
+        "poise_py._core._routing",
+        "poise_py._core._circuit_policy",
+        "poise_py._core._budget",
+        "poise_py._core._ejection",
+        "poise_py._core._health_schedule",
+        "poise_py._core._outlier",
+    )
+    for name in configuration:
+        origin = sys.modules[name].__file__
+        assert origin is not None
+        assert origin.endswith(".py"), origin
