@@ -74,6 +74,13 @@ def coverage(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHONS)
+def compiled(session: nox.Session) -> None:
+    """The suite on the optional compiled build (mypyc; needs a C compiler), as CI runs it."""
+    session.install("-e", ".[dev]")
+    session.run("python", ".ci/compiled.py", *session.posargs)
+
+
+@nox.session(python=PYTHONS)
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.8")
     session.run("ruff", "check", ".")

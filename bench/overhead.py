@@ -5,7 +5,10 @@ process: each policy at 10 and 10,000 endpoints, as a multiple of the bare conte
 manager (timed on the same event loop), and the 10,000-endpoint cost as a multiple of
 the 10-endpoint cost, on Trio and then on asyncio; then (Trio) the cost of recording
 outcomes with rate windows enabled, as a multiple of the default circuit's cost.
-``--backend trio`` or ``--backend asyncio`` runs only the one.
+``--backend trio`` or ``--backend asyncio`` runs only the one; ``--peers`` adds the
+breaker libraries that are installed (``bench/peers.py``), timed in the same run. The
+first line says which build is measured: the pure-Python install or the compiled one
+(``poise.COMPILED``; see docs/performance.md for how to build it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
 from bench._timing import bare, best_of
+from bench.peers import PEERS
 
 
 def make_lb(policy: poise.Policy, size: int, circuit: poise.CircuitPolicy | None = None) -> poise.LoadBalancer:
@@ -36,9 +40,10 @@ async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
             pass
 
 
-async def main(iterations: int, backend: str, *, windows: bool) -> None:
+async def main(iterations: int, backend: str, *, windows: bool, peers: bool) -> None:
     base = await best_of(bare, iterations)
-    print(f"{backend}: bare async with: {base * 1e6:.3f} us")
+    build = "compiled" if poise.COMPILED else "pure Python"
+    print(f"{backend}, {build} build: bare async with: {base * 1e6:.3f} us")
     print(f"{'policy':<22}{'endpoints':>10}{'us/call':>10}{'x bare':>9}{'x 10 eps':>10}")
     policies: list[tuple[str, poise.Policy]] = [
         ("RoundRobin", poise.RoundRobin()),
@@ -52,6 +57,15 @@ async def main(iterations: int, backend: str, *, windows: bool) -> None:
                 cost = await best_of(functools.partial(acquire_loop, lb), iterations)
             small = small or cost
             print(f"{name:<22}{size:>10}{cost * 1e6:>10.3f}{cost / base:>9.2f}{cost / small:>10.2f}")
+    if peers:
+        print(f"{'peer (one breaker, no selection)':<36}{'us/call':>10}{'x bare':>9}")
+        for name, make in PEERS:
+            body = await make()
+            if body is None:
+                print(f"{name:<36}{'not installed (or not this backend)':>19}")
+                continue
+            cost = await best_of(body, iterations)
+            print(f"{name:<36}{cost * 1e6:>10.3f}{cost / base:>9.2f}")
     if not windows:
         return
 
@@ -81,9 +95,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=100_000)
     parser.add_argument("--backend", choices=["trio", "asyncio", "both"], default="both")
+    parser.add_argument("--peers", action="store_true", help="also time the installed breaker libraries")
     args = parser.parse_args()
     if args.backend in ("trio", "both"):
-        trio.run(functools.partial(main, args.iterations, "trio", windows=True))
+        trio.run(functools.partial(main, args.iterations, "trio", windows=True, peers=args.peers))
     if args.backend in ("asyncio", "both"):
         print()
-        asyncio.run(main(args.iterations, "asyncio", windows=False))
+        asyncio.run(main(args.iterations, "asyncio", windows=False, peers=args.peers))

@@ -93,6 +93,7 @@ class PermitIssuer:
             readiness = self._membership.readiness_error()
             if readiness is not None:
                 self._telemetry.selection_failed(readiness, self._clock())
+                readiness.__cause__ = exc  # `raise ... from exc`, spelled so the compiled build keeps it
                 raise readiness from exc
         self._telemetry.selection_failed(exc, self._clock())
 

@@ -87,7 +87,9 @@ class Permit:
         try:
             check_retry_after(retry_after)
         except ValueError as exc:
-            raise PermitError(str(exc)) from None
+            error = PermitError(str(exc))
+            error.__cause__ = None  # `raise ... from None`, spelled so the compiled build keeps it
+            raise error from None
         self._claim()
         self._exit.finish(self._state, self._ticket, self._started, fault, retry_after)
 

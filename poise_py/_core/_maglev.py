@@ -110,7 +110,9 @@ def key_hash(key: Hashable) -> int:
     try:
         return hash(key) * _GOLDEN & _MASK64
     except TypeError:
-        raise ConfigError("key", f"must be hashable (a str, bytes, int or tuple...), got {kind.__name__}") from None
+        error = ConfigError("key", f"must be hashable (a str, bytes, int or tuple...), got {kind.__name__}")
+        error.__cause__ = None  # `raise ... from None`, spelled so the compiled build keeps it
+        raise error from None
 
 
 def _permutation(endpoint_id: str, size: int) -> tuple[int, int]:

@@ -7,7 +7,7 @@ permit, for the pool's eligibility and for the error a failed selection raises.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, MutableSequence
 from typing import TYPE_CHECKING
 
 from .._decision import DecisionMode
@@ -113,7 +113,7 @@ class EndpointState:
     ewma: float
     ewma_at: float | None
     home: Scope | None
-    loads: list[int]
+    loads: MutableSequence[int]
     ppos: int
     dpos: int
     was_degraded: bool
@@ -167,7 +167,7 @@ class EndpointState:
         """When ``ewma`` was last observed; None while the endpoint is unmeasured."""
         self.home = None
         """The routing scope this endpoint belongs to (its tier, and zone side)."""
-        self.loads = []
+        self.loads: MutableSequence[int] = []
         """``home.loads``: where the hot path stores ``inflight`` at ``pos``."""
         self.ppos = -1
         """Position among its tier's panic candidates, or -1."""

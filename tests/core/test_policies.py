@@ -386,7 +386,7 @@ def test_the_packed_schedule_picks_exactly_as_the_list_schedule(ops: list[tuple[
 def test_weighted_random_is_exact_across_widely_spread_weights() -> None:
     weights = {"a": 1, "b": 5, "c": 9, "d": 40, "e": 100, "f": 300}
     buckets = WeightBuckets()
-    states = {k: EndpointState(poise.Endpoint(k, weight=w), None) for k, w in weights.items()}  # type: ignore[arg-type]
+    states = {k: EndpointState(poise.Endpoint(k, weight=w), make()) for k, w in weights.items()}
     for k, state in states.items():
         buckets.add(state, weights[k])
     unit = random.Random(11).random

@@ -33,6 +33,7 @@ _SCRIPT = textwrap.dedent(
         if name.split(".")[0] in BLOCKED:
             del sys.modules[name]
     sys.meta_path.insert(0, Block())
+    sys.path.insert(0, sys.argv[1].rsplit("/", 1)[0])  # the compiled build's runtime module sits beside the package
     package = types.ModuleType("poise_py")
     package.__path__ = [sys.argv[1]]
     sys.modules["poise_py"] = package
