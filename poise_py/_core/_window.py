@@ -15,26 +15,36 @@ configurations (``CountWindow``, ``TimeWindow``) are circuit knobs, in ``_circui
 
 from __future__ import annotations
 
-from typing import Protocol
-
 FAILED = 1
 SLOW = 2
 
+_NO_TICK = -(1 << 62)
+"""``TimeRing``'s tick while no bucket is being filled (no clock reads that far back)."""
 
-class Window(Protocol):
-    """What the circuit needs from an outcome window."""
+
+class Window:
+    """What the circuit needs from an outcome window (the base of both rings).
+
+    A base class rather than a protocol, so that in the compiled build the circuit's call
+    to :meth:`add` (every call with a window on) is a native method call.
+    """
+
+    __slots__ = ()
 
     def add(self, flags: int, now: float) -> None:
         """Record one outcome; ``flags`` is a bit set of ``FAILED`` and ``SLOW``."""
+        raise NotImplementedError
 
     def counts(self, now: float) -> tuple[int, int, int]:
         """Return ``(volume, failures, slow)`` over the window at ``now``."""
+        raise NotImplementedError
 
     def clear(self) -> None:
         """Forget everything (the circuit closed or was reset)."""
+        raise NotImplementedError
 
 
-class CountRing:
+class CountRing(Window):
     __slots__ = ("_failures", "_pos", "_ring", "_size", "_slow", "_volume")
 
     def __init__(self, size: int) -> None:
@@ -70,10 +80,26 @@ class CountRing:
         self._pos = self._volume = self._failures = self._slow = 0
 
 
-class TimeRing:
-    """Buckets indexed by ``floor(now / width)``; a bucket older than the window is reset."""
+class TimeRing(Window):
+    """Buckets indexed by ``floor(now / width)``; a bucket older than the window is reset.
 
-    __slots__ = ("_epochs", "_failures", "_n", "_slow", "_volume", "_width")
+    The bucket being filled is counted in three integer fields and written to its slot when
+    the clock moves to another bucket (or the window is read), so recording an outcome
+    touches no list.
+    """
+
+    __slots__ = (
+        "_epochs",
+        "_failures",
+        "_n",
+        "_now_failures",
+        "_now_slow",
+        "_now_volume",
+        "_slow",
+        "_tick",
+        "_volume",
+        "_width",
+    )
 
     def __init__(self, duration: float, buckets: int) -> None:
         self._n = buckets
@@ -82,19 +108,40 @@ class TimeRing:
         self._volume = [0] * buckets
         self._failures = [0] * buckets
         self._slow = [0] * buckets
+        self._tick = _NO_TICK
+        """The bucket being filled (its counts are the ``_now_*`` fields), or ``_NO_TICK``."""
+        self._now_volume = self._now_failures = self._now_slow = 0
 
     def add(self, flags: int, now: float) -> None:
         tick = int(now // self._width)
-        i = tick % self._n
-        if self._epochs[i] != tick:
-            self._epochs[i] = tick
-            self._volume[i] = self._failures[i] = self._slow[i] = 0
-        self._volume[i] += 1
+        if tick != self._tick:
+            self._move_to(tick)
+        self._now_volume += 1
         if flags:
-            self._failures[i] += flags & FAILED
-            self._slow[i] += (flags & SLOW) >> 1
+            self._now_failures += flags & FAILED
+            self._now_slow += (flags & SLOW) >> 1
+
+    def _move_to(self, tick: int) -> None:
+        """Write the bucket being filled to its slot; continue ``tick``'s slot, or start it empty."""
+        self._store()
+        i = tick % self._n
+        if self._epochs[i] == tick:
+            self._now_volume, self._now_failures, self._now_slow = self._volume[i], self._failures[i], self._slow[i]
+        else:
+            self._now_volume = self._now_failures = self._now_slow = 0
+        self._tick = tick
+
+    def _store(self) -> None:
+        tick = self._tick
+        if tick != _NO_TICK:
+            i = tick % self._n
+            self._epochs[i] = tick
+            self._volume[i] = self._now_volume
+            self._failures[i] = self._now_failures
+            self._slow[i] = self._now_slow
 
     def counts(self, now: float) -> tuple[int, int, int]:
+        self._store()
         oldest = int(now // self._width) - self._n + 1
         volume = failures = slow = 0
         for i, tick in enumerate(self._epochs):
@@ -113,3 +160,5 @@ class TimeRing:
         self._volume = [0] * n
         self._failures = [0] * n
         self._slow = [0] * n
+        self._tick = _NO_TICK
+        self._now_volume = self._now_failures = self._now_slow = 0
