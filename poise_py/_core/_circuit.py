@@ -222,6 +222,15 @@ class Circuit:
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
+    # The hot path's fields come first: the compiled build lays a class's fields out in this
+    # order, so recording a success touches the circuit's first cache line only.
+    admit: Ticket | None
+    clocked: bool
+    _consecutive: int
+    _slow_limit: float | None
+    _window: Window | None
+    _volume: int
+    _volume_cap: int
     policy: CircuitPolicy
     state: CircuitState
     epoch: int
@@ -239,8 +248,6 @@ class Circuit:
     probe_limit: int
     degraded: bool
     degraded_cause: Cause | None
-    admit: Ticket | None
-    clocked: bool
 
     __slots__ = (
         "_closed_ticket",
@@ -280,7 +287,7 @@ class Circuit:
         # With no rate condition and a count window only the volume matters (for the
         # minimum-volume gate): count it here instead of in a ring buffer.
         window = policy.window
-        self._window: Window | None = (
+        self._window = (
             None if (isinstance(window, CountWindow) and not policy.tracks_rates) else window.build()
         )
         self._volume = 0
