@@ -10,6 +10,7 @@ import warnings
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._core._native import mypyc_attr
 from ._decision import DecisionMode
 from ._errors import PermitError
 from ._faults import Fault, check_retry_after
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from ._endpoint import Endpoint
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a user's subclass works with the compiled build too
 class Permit:
     """A reservation to call :attr:`endpoint`, issued by ``LoadBalancer.acquire``.
 

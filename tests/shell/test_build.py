@@ -49,3 +49,16 @@ def test_the_configuration_modules_stay_interpreted_in_either_build() -> None:
         origin = sys.modules[name].__file__
         assert origin is not None
         assert origin.endswith(".py"), origin
+
+
+def test_the_balancer_and_the_permit_can_be_subclassed_in_either_build() -> None:
+    # A compiled class refuses interpreted subclasses unless it allows them.
+    class Balancer(poise.LoadBalancer):
+        pass
+
+    class Reserved(poise.Permit):
+        pass
+
+    balancer = Balancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    assert isinstance(balancer, poise.LoadBalancer)
+    assert issubclass(Reserved, poise.Permit)
