@@ -287,9 +287,7 @@ class Circuit:
         # With no rate condition and a count window only the volume matters (for the
         # minimum-volume gate): count it here instead of in a ring buffer.
         window = policy.window
-        self._window = (
-            None if (isinstance(window, CountWindow) and not policy.tracks_rates) else window.build()
-        )
+        self._window = None if (isinstance(window, CountWindow) and not policy.tracks_rates) else window.build()
         self._volume = 0
         self._volume_cap = window.size if isinstance(window, CountWindow) else 0
         self._slow_limit = self._slow_base = policy.slow_call_duration
