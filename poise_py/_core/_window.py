@@ -15,6 +15,8 @@ configurations (``CountWindow``, ``TimeWindow``) are circuit knobs, in ``_circui
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 FAILED = 1
 SLOW = 2
 
@@ -22,29 +24,9 @@ _NO_TICK = -(1 << 62)
 """``TimeRing``'s tick while no bucket is being filled (no clock reads that far back)."""
 
 
-class Window:
-    """What the circuit needs from an outcome window (the base of both rings).
+class CountRing:
+    """The last ``size`` outcomes, in a ring of flag bytes, with running totals."""
 
-    A base class rather than a protocol, so that in the compiled build the circuit's call
-    to :meth:`add` (every call with a window on) is a native method call.
-    """
-
-    __slots__ = ()
-
-    def add(self, flags: int, now: float) -> None:
-        """Record one outcome; ``flags`` is a bit set of ``FAILED`` and ``SLOW``."""
-        raise NotImplementedError
-
-    def counts(self, now: float) -> tuple[int, int, int]:
-        """Return ``(volume, failures, slow)`` over the window at ``now``."""
-        raise NotImplementedError
-
-    def clear(self) -> None:
-        """Forget everything (the circuit closed or was reset)."""
-        raise NotImplementedError
-
-
-class CountRing(Window):
     __slots__ = ("_failures", "_pos", "_ring", "_size", "_slow", "_volume")
 
     def __init__(self, size: int) -> None:
@@ -80,7 +62,7 @@ class CountRing(Window):
         self._pos = self._volume = self._failures = self._slow = 0
 
 
-class TimeRing(Window):
+class TimeRing:
     """Buckets indexed by ``floor(now / width)``; a bucket older than the window is reset.
 
     The bucket being filled is counted in three integer fields and written to its slot when
@@ -162,3 +144,9 @@ class TimeRing(Window):
         self._slow = [0] * n
         self._tick = _NO_TICK
         self._now_volume = self._now_failures = self._now_slow = 0
+
+
+Window: TypeAlias = CountRing | TimeRing
+"""What the circuit records outcomes in: ``add(flags, now)``, ``counts(now)`` -> ``(volume,
+failures, slow)``, ``clear()``. A union of the two concrete rings rather than a protocol, so
+that in the compiled build the circuit's call to ``add`` is a native call."""
