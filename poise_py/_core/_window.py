@@ -4,10 +4,12 @@ A window holds the recent outcomes of one endpoint's calls in the CLOSED state a
 answers three questions: how many (the volume), how many failed, how many were slow.
 Two shapes, both O(1) per outcome:
 
-- :class:`CountRing` (configured by ``CountWindow``): the last ``size`` outcomes (a ring buffer). Forgets by volume:
-  old outcomes fall out as new ones arrive. Predictable under light traffic.
-- :class:`TimeRing` (configured by ``TimeWindow``): outcomes of the last ``duration`` seconds, in ``buckets`` slices.
-  Forgets by time: an idle endpoint's old blips expire by themselves.
+- :class:`CountRing` (configured by ``CountWindow``): the last ``size`` outcomes (a ring
+  buffer). Forgets by volume: old outcomes fall out as new ones arrive. Predictable under
+  light traffic.
+- :class:`TimeRing` (configured by ``TimeWindow``): outcomes of the last ``duration``
+  seconds, in ``buckets`` slices. Forgets by time: an idle endpoint's old blips expire by
+  themselves.
 
 Cancellations, CALLER faults and TRANSIENT faults never enter a window. The two
 configurations (``CountWindow``, ``TimeWindow``) are circuit knobs, in ``_circuit_policy.py``.
