@@ -55,7 +55,7 @@ class PermitExit:
 
     def succeed(self, state: EndpointState, ticket: Ticket, started: float) -> None:
         """Record a success: the hot path of every call (the clock is read only if the circuit needs the time)."""
-        self.pool.succeed(state, ticket, self.clock() if state.circuit.clocked else 0.0, started)
+        self.pool.succeed(state, ticket, self.clock() if state.clocked else 0.0, started)
 
     def finish(
         self, state: EndpointState, ticket: Ticket, started: float, fault: Fault, retry_after: float | None

@@ -178,12 +178,11 @@ class Pool:
                 self._moved(state, state.circuit.reset(now))
         observed = self._observe is not None
         for endpoint in added:
-            circuit = Circuit(self.circuit_policy, self._unit, now)
+            state = EndpointState(endpoint, self.circuit_policy, self._unit, now)
             if observed:
                 # A latency-measuring policy needs every success's latency: send each
                 # success the long way, through _record, which feeds the policy.
-                circuit.time_every_success()
-            state = EndpointState(endpoint, circuit)
+                state.time_every_success()
             members[endpoint.id] = state
             self._attach(state)
         self.guard.resize(len(members))
@@ -234,9 +233,9 @@ class Pool:
                 state, choice = self._pick_excluding(self.router.fast, choice, key, exclude)
         else:
             state, choice = self._route(key, exclude)
-        circuit = state.circuit
-        ticket = circuit.admit  # the hot path: CLOSED (see Circuit.try_acquire)
+        ticket = state.admit  # the hot path: CLOSED (see Circuit.try_acquire)
         if ticket is None:
+            circuit: Circuit = state
             got = circuit.try_acquire(now)
             if type(got) is not Ticket:
                 if choice.mode is not _PANIC:  # available implies accepting; a bug otherwise
@@ -308,7 +307,7 @@ class Pool:
         n = state.successes
         state.successes = n + 1 if n < SATURATED else n
         # The hot path of every call: a CLOSED circuit records it in place.
-        if not (state.live and state.circuit.record_success(ticket, now, started)):
+        if not (state.live and state.record_success(ticket, now, started)):
             self._record(state, ticket, None, now, latency=now - started, retry_after=None)
 
     def complete(

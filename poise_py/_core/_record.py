@@ -7,7 +7,7 @@ permit, for the pool's eligibility and for the error a failed selection raises.
 
 from __future__ import annotations
 
-from collections.abc import Collection, MutableSequence
+from collections.abc import Callable, Collection, MutableSequence
 from typing import TYPE_CHECKING
 
 from .._decision import DecisionMode
@@ -17,6 +17,7 @@ from .._faults import Fault
 from ._circuit import Circuit
 
 if TYPE_CHECKING:
+    from ._circuit_policy import CircuitPolicy
     from ._routing import Scope
 
 SATURATED = 2**64 - 1
@@ -95,8 +96,12 @@ def count_selection(state: EndpointState, mode: DecisionMode) -> None:
         state.mode_selections[i] = sat_add(state.mode_selections[i])
 
 
-class EndpointState:
-    """Everything the pool knows about one live endpoint.
+class EndpointState(Circuit):
+    """Everything the pool knows about one live endpoint: its circuit, and the pool's bookkeeping.
+
+    The record *is* the endpoint's circuit (a subclass): one object per endpoint, so a
+    call over a big pool touches one allocation, not a record and a circuit apart
+    (``docs/performance.md``, scaling). :attr:`circuit` names the circuit part.
 
     Identity is the object: a state that leaves the pool is marked not ``live`` and never
     reused, so a late result for it can never touch a re-added endpoint of the same id.
@@ -104,8 +109,7 @@ class EndpointState:
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
     # The hot path's fields come first: the compiled build lays a class's fields out in this
-    # order, so a call touches the record's first cache line only.
-    circuit: Circuit
+    # order (after the circuit's), so a call touches few of the record's cache lines.
     inflight: int
     pos: int
     successes: int
@@ -130,7 +134,6 @@ class EndpointState:
     __slots__ = (
         "admin",
         "cancellations",
-        "circuit",
         "counted",
         "dpos",
         "endpoint",
@@ -154,9 +157,9 @@ class EndpointState:
         "was_ejected",
     )
 
-    def __init__(self, endpoint: Endpoint, circuit: Circuit) -> None:
+    def __init__(self, endpoint: Endpoint, policy: CircuitPolicy, unit: Callable[[], float], now: float) -> None:
+        super().__init__(policy, unit, now)
         self.endpoint = endpoint
-        self.circuit = circuit
         self.admin = AdminStatus.AUTO
         self.health_refusal: IneligibleReason | None = None
         """Active health's verdict for eligibility under AUTO (None: may serve)."""
@@ -194,6 +197,11 @@ class EndpointState:
         """What the balancer's endpoint factory built for it (``Permit.resource``)."""
 
     @property
+    def circuit(self) -> Circuit:
+        """The endpoint's circuit: this record itself, seen as its :class:`Circuit`."""
+        return self
+
+    @property
     def id(self) -> str:
         """The endpoint's stable id."""
         return self.endpoint.id
@@ -204,4 +212,4 @@ class EndpointState:
         return self.endpoint.weight
 
     def __repr__(self) -> str:
-        return f"<EndpointState {self.endpoint.id!r} {self.circuit.state.value} inflight={self.inflight}>"
+        return f"<EndpointState {self.endpoint.id!r} {self.state.value} inflight={self.inflight}>"

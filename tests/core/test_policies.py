@@ -20,7 +20,7 @@ from poise_py._core._pickers import TotalingLoads
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
 from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
-from tests.support.circuits import make
+from tests.support.circuits import record_of
 from tests.support.clocks import FakeClock
 from tests.support.routing import eject, make_pool, run, shares
 
@@ -341,7 +341,7 @@ def test_weight_buckets_hold_what_was_added_and_draw_only_held_states(
     held: dict[EndpointState, int] = {}
     for n, (grow, w) in enumerate(ops):
         if grow or not held:
-            state = EndpointState(poise.Endpoint(f"e{n}", weight=w), make())
+            state = record_of(poise.Endpoint(f"e{n}", weight=w))
             buckets.add(state, w)
             held[state] = w
         else:
@@ -367,7 +367,7 @@ def test_the_packed_schedule_picks_exactly_as_the_list_schedule(ops: list[tuple[
     for n, (op, w) in enumerate(ops):
         stride = STRIDE_SCALE // w
         if op == 0 or not held:
-            state = EndpointState(poise.Endpoint(f"e{n}", weight=w), make())
+            state = record_of(poise.Endpoint(f"e{n}", weight=w))
             packed.add(state, stride)
             plain.add(state, stride)
             held.append(state)
@@ -386,7 +386,7 @@ def test_the_packed_schedule_picks_exactly_as_the_list_schedule(ops: list[tuple[
 def test_weighted_random_is_exact_across_widely_spread_weights() -> None:
     weights = {"a": 1, "b": 5, "c": 9, "d": 40, "e": 100, "f": 300}
     buckets = WeightBuckets()
-    states = {k: EndpointState(poise.Endpoint(k, weight=w), make()) for k, w in weights.items()}
+    states = {k: record_of(poise.Endpoint(k, weight=w)) for k, w in weights.items()}
     for k, state in states.items():
         buckets.add(state, weights[k])
     unit = random.Random(11).random

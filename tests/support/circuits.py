@@ -7,14 +7,23 @@ import random
 import poise_py as poise
 from poise_py import CircuitState, Fault
 from poise_py._core._circuit import Circuit, Ticket
+from poise_py._core._record import EndpointState
 
 NOW = 100.0
 
 
-def make(**knobs: object) -> Circuit:
+def policy_of(**knobs: object) -> poise.CircuitPolicy:
     knobs.setdefault("escalation", poise.Escalation(jitter=0.0))
-    policy = poise.CircuitPolicy(**knobs)  # type: ignore[arg-type]
-    return Circuit(policy, random.Random(0).random, NOW)
+    return poise.CircuitPolicy(**knobs)  # type: ignore[arg-type]
+
+
+def make(**knobs: object) -> Circuit:
+    return Circuit(policy_of(**knobs), random.Random(0).random, NOW)
+
+
+def record_of(endpoint: poise.Endpoint, **knobs: object) -> EndpointState:
+    """A pool's record for ``endpoint`` (which is its circuit too), at ``NOW``."""
+    return EndpointState(endpoint, policy_of(**knobs), random.Random(0).random, NOW)
 
 
 def ticket_of(c: Circuit, now: float = NOW) -> Ticket:
