@@ -1,4 +1,4 @@
-"""The circuit's own CLOSED-success fast path, and when it needs the time."""
+"""The circuit's own CLOSED-success fast path, when it needs the time, and the pool's record being the circuit."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import random
 import poise_py as poise
 from poise_py import CircuitState, Fault
 from poise_py._core._circuit import Circuit, Ticket
+from poise_py._core._pool import Pool
 
 NOW = 100.0
 
@@ -68,3 +69,14 @@ def test_time_every_success_sends_every_success_the_long_way() -> None:
     c.time_every_success()
     assert c.clocked
     assert not c.record_success(closed_ticket(c), NOW, NOW - 0.01)
+
+
+def test_a_pools_record_is_its_endpoints_circuit_so_a_call_touches_one_object() -> None:
+    pool = Pool(poise.CircuitPolicy(), poise.RoundRobin(), random.Random(1))
+    pool.apply(NOW, added=[poise.Endpoint("a")])
+    state, ticket, started, _ = pool.select(NOW)
+    assert state.circuit is state  # one allocation per endpoint (docs/performance.md, scaling)
+    assert ticket is state.admit
+    pool.succeed(state, ticket, NOW, started)
+    assert state.circuit.window_counts(NOW) == (1, 0, 0)
+    assert (state.inflight, state.successes) == (0, 1)
