@@ -11,7 +11,6 @@ quarantine), with the backend's clock or the injected one alike. Reads
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -26,6 +25,7 @@ import anyio
 
 from ._calls import CallObserver
 from ._classify import Classifier, default_classifier
+from ._clock import Clock, backend_clock
 from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
 from ._core._budget import Budget, RetryBudget
@@ -64,20 +64,6 @@ from ._timer import Timer, TimerClient
 
 logger = logging.getLogger("poise_py")
 T = TypeVar("T")
-
-
-def _backend_clock() -> Callable[[], float]:
-    """The running backend's clock: what ``anyio.current_time()`` reads, minus the dispatch."""
-    cancelled = anyio.get_cancelled_exc_class()
-    if cancelled.__module__.startswith("trio"):
-        import trio  # noqa: PLC0415 - only when running on Trio
-
-        # The run's clock object itself (SystemClock, or a MockClock in tests): what
-        # trio.current_time() reads, without the per-call run-context lookup.
-        return trio.lowlevel.current_clock().current_time
-    if cancelled is asyncio.CancelledError:
-        return asyncio.get_running_loop().time
-    return anyio.current_time  # pragma: no cover - another anyio backend
 
 
 class LoadBalancer(PermitIssuer):
@@ -187,7 +173,7 @@ class LoadBalancer(PermitIssuer):
         self._discovery = discovery
         self._on_end = on_discovery_end
         self._clock_arg = clock
-        self._clock = clock or anyio.current_time
+        self._clock = Clock(clock or anyio.current_time)
         self._rng = random.Random(seed)  # noqa: S311 - not for security
         self._drain_waiters: dict[EndpointState, anyio.Event] = {}
         self._timer = Timer()
@@ -254,7 +240,7 @@ class LoadBalancer(PermitIssuer):
     async def __aenter__(self) -> LoadBalancer:
         if self._running:
             raise AlreadyRunning("this LoadBalancer is already running")
-        self._clock = self._clock_arg or _backend_clock()
+        self._clock = backend_clock() if self._clock_arg is None else Clock(self._clock_arg)
         self._exit.clock = self._clock
         self._owner = get_ident()
         self._cancelled = anyio.get_cancelled_exc_class()

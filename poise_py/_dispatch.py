@@ -17,6 +17,7 @@ from ._events import PanicEnded, PanicStarted
 if TYPE_CHECKING:
     import anyio
 
+    from ._clock import Clock
     from ._coordination._coordinator import Coordinator
     from ._core._circuit import Ticket, Transition
     from ._core._pool import Pool
@@ -44,12 +45,12 @@ class PermitExit:
     def __init__(
         self,
         pool: Pool,
-        clock: Callable[[], float],
+        clock: Clock,
         verdict: Verdict,
         observer_failed: Callable[[object, Exception], None],
     ) -> None:
         self.pool: Pool = pool
-        self.clock: Callable[[], float] = clock
+        self.clock: Clock = clock
         self.verdict: Verdict = verdict
         self.observer_failed: Callable[[object, Exception], None] = observer_failed
 

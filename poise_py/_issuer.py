@@ -10,7 +10,7 @@ core: a call then runs natively from ``acquire`` through the pick to the permit'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Collection, Hashable
 from threading import get_ident
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from ._errors import ConfigError, DiscoveryClosed, NoEligibleEndpoints, NotRunni
 from ._permit import Permit
 
 if TYPE_CHECKING:
+    from ._clock import Clock
     from ._coordination._coordinator import Coordinator
     from ._core._pool import Pool
     from ._dispatch import PermitExit
@@ -42,7 +43,7 @@ class PermitIssuer:
     _owner: int
     """The id of the thread whose event loop runs the balancer (set by ``async with``)."""
     _running: bool
-    _clock: Callable[[], float]
+    _clock: Clock
     _call_observers: tuple[CallObserver, ...]
     _coordinator: Coordinator | None
     _membership: Membership
