@@ -62,7 +62,7 @@ class ObservedPermit(Permit):
     def __init__(self, exit_: PermitExit, selected: Selection, observers: tuple[CallObserver, ...]) -> None:
         super().__init__(exit_, selected)
         self._observers = observers
-        self._issued = exit_.clock()
+        self._issued = exit_.clock.now()
 
     def succeed(self) -> None:
         """Report success."""
@@ -101,7 +101,7 @@ class ObservedPermit(Permit):
             endpoint=self.endpoint,
             fault=fault,
             cancelled=cancelled,
-            duration=max(0.0, exit_.clock() - self._issued),
+            duration=max(0.0, exit_.clock.now() - self._issued),
             probe=self.probe,
         )
         for observer in self._observers:

@@ -56,13 +56,13 @@ class PermitExit:
 
     def succeed(self, state: EndpointState, ticket: Ticket, started: float) -> None:
         """Record a success: the hot path of every call (the clock is read only if the circuit needs the time)."""
-        self.pool.succeed(state, ticket, self.clock() if state.clocked else 0.0, started)
+        self.pool.succeed(state, ticket, self.clock.now() if state.clocked else 0.0, started)
 
     def finish(
         self, state: EndpointState, ticket: Ticket, started: float, fault: Fault, retry_after: float | None
     ) -> None:
         """Record a fault of tier ``fault``."""
-        now = self.clock()
+        now = self.clock.now()
         self.pool.complete(state, ticket, fault, now, latency=now - started, retry_after=retry_after)
 
     def finish_exc(self, state: EndpointState, ticket: Ticket, started: float, exc: BaseException) -> Fault | None:

@@ -78,7 +78,7 @@ class PermitIssuer:
             self._refuse()
         pool = self._pool
         try:
-            selected = pool.select(self._clock() if pool.clocked else 0.0, key, exclude)
+            selected = pool.select(self._clock.now() if pool.clocked else 0.0, key, exclude)
         except SelectionError as exc:
             self._refused(exc)
             raise

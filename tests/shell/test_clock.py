@@ -87,8 +87,11 @@ def test_only_trios_default_clock_is_computed_natively() -> None:
 
 
 def test_an_injected_clock_is_the_function_given() -> None:
-    readings = iter([1.0, 2.5])
+    readings = iter([1.0, 2.5, 4.0])
     clock = Clock(lambda: next(readings))
-    assert (clock(), clock()) == (1.0, 2.5)
+    assert (clock(), clock.now(), clock()) == (1.0, 2.5, 4.0)
+    native = Clock(time.perf_counter, 100.0)
+    before = time.perf_counter() + 100.0
+    assert before <= native.now() <= native() <= time.perf_counter() + 100.0
     assert repr(clock).startswith("Clock(<function")
     assert repr(Clock(time.perf_counter, 7.0)) == "Clock(<built-in function perf_counter>, offset=7.0)"
