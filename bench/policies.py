@@ -54,7 +54,7 @@ def best(body: Callable[[int], None], iterations: int, repeats: int) -> float:
 def pick_loop(pool: Pool) -> Callable[[int], None]:
     scope = pool.router.tiers[0].local
     pick = scope.picker.pick
-    candidates, loads, keys = scope.candidates, scope.view, KEYS
+    candidates, loads, keys = scope.candidates, scope.loads, KEYS
 
     def body(n: int) -> None:
         for i in range(n):

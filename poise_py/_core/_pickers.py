@@ -15,56 +15,17 @@ compiles the pickers (and the rest of the hot path) while the policies stay attr
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable
 from fractions import Fraction
-from typing import TYPE_CHECKING, Protocol, SupportsIndex, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from .._errors import CapacityOverflow
 from ._maglev import MaglevTable, key_hash
-from ._native import mypyc_attr
 from ._weights import STRIDE_SCALE, PackedSchedule, WeightBuckets, WeightClasses
 
 if TYPE_CHECKING:
     from ._record import EndpointState
     from ._routing import Scope
-
-
-class Loads(Protocol):
-    """``loads[i]`` is ``candidates[i].inflight`` (a compact copy, so load-aware picks stay in cache)."""
-
-    def __getitem__(self, index: int, /) -> int: ...
-
-    def __len__(self) -> int: ...
-
-
-@mypyc_attr(native_class=False)
-class TotalingLoads(list[int]):
-    """A scope's loads that also keep their sum, for bounded-load hashing's mean load.
-
-    Only scopes whose policy ``tracks_load`` use it, so the other policies' hot path
-    stores into a plain list.
-    """
-
-    __slots__ = ("total",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.total = 0
-
-    def __setitem__(self, index: int, value: int) -> None:  # type: ignore[override]
-        self.total += value - list.__getitem__(self, index)
-        list.__setitem__(self, index, value)
-
-    def append(self, value: int) -> None:
-        """Append, adding to the total."""
-        self.total += value
-        list.append(self, value)
-
-    def pop(self, index: SupportsIndex = -1) -> int:
-        """Pop, subtracting from the total."""
-        value = list.pop(self, index)
-        self.total -= value
-        return value
 
 
 class Instant:
@@ -78,14 +39,15 @@ class Instant:
         self.value = value
 
 
-PickFn: TypeAlias = "Callable[[Sequence[EndpointState], Loads, Hashable | None], EndpointState]"
-"""A picker's ``pick``."""
+PickFn: TypeAlias = "Callable[[list[EndpointState], list[int], Hashable | None], EndpointState]"
+"""A picker's ``pick``: the scope's candidates, its loads (``loads[i]`` is ``candidates[i].inflight``
+in a scope that tracks them), the request key."""
 
 
 class Picker(Protocol):
     """Picks among candidates; one per scope, holds the policy's running state."""
 
-    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         """Return one of ``candidates`` (never empty)."""
 
 
@@ -104,7 +66,7 @@ class RoundRobinPicker:
     def __init__(self, start: int) -> None:
         self._next = start
 
-    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         i = self._next
         self._next = i + 1 if i < (1 << 62) else 0
         return candidates[i % len(candidates)]
@@ -116,7 +78,7 @@ class RandomPicker:
     def __init__(self, unit: Callable[[], float]) -> None:
         self._unit = unit
 
-    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         return candidates[int(self._unit() * len(candidates))]
 
 
@@ -133,7 +95,7 @@ class WeightedRandomPicker:
     def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
         self.buckets.remove(state, state.endpoint.weight)
 
-    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         return self.buckets.draw(self._unit)
 
 
@@ -149,17 +111,19 @@ class WeightedRoundRobinPicker:
     def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
         self.schedule.remove(state, state.endpoint.weight)
 
-    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         return self.schedule.next()
 
 
 class P2CPicker:
-    __slots__ = ("_bias", "_candidates", "_random", "_weights", "pick", "schedule")
+    __slots__ = ("_bias", "_candidates", "_random", "_tracked", "_weights", "pick", "schedule")
 
     def __init__(self, unit: Callable[[], float], bias: float) -> None:
         self._random = unit
         self._bias = bias
-        self._candidates: Sequence[EndpointState] = ()
+        self._tracked = True
+        """Whether the scope's loads mirror its candidates' in-flight counts (else read the states)."""
+        self._candidates: list[EndpointState] = []
         self._weights: dict[int, int] = {}
         """How many members carry each weight: one key means unweighted mode."""
         self.schedule: PackedSchedule | None = None
@@ -168,6 +132,7 @@ class P2CPicker:
 
     def attach(self, scope: Scope) -> None:
         self._candidates = scope.candidates
+        self._tracked = scope.tracked
 
     def _stride(self, state: EndpointState) -> int:
         weight = state.endpoint.weight
@@ -214,7 +179,7 @@ class P2CPicker:
         if schedule is not None:
             schedule.remove(state)
 
-    def _least_loaded(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    def _least_loaded(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         n = len(candidates)
         if n == 1:
             return candidates[0]
@@ -223,9 +188,13 @@ class P2CPicker:
         j = int(rnd() * (n - 1))
         if j >= i:
             j += 1
-        return candidates[j] if loads[j] < loads[i] else candidates[i]
+        if self._tracked:  # the compact copy: two reads of one list, no record touched
+            return candidates[j] if loads[j] < loads[i] else candidates[i]
+        a = candidates[i]
+        b = candidates[j]
+        return b if b.inflight < a.inflight else a
 
-    def _least_request(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    def _least_request(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         schedule = self.schedule
         assert schedule is not None  # noqa: S101 - weighted mode keeps one
         state = schedule.head()
@@ -234,16 +203,19 @@ class P2CPicker:
 
 
 class PeakEwmaPicker:
-    __slots__ = ("_decay", "_default", "_random", "now")
+    __slots__ = ("_decay", "_default", "_random", "_tracked", "now")
 
     def __init__(self, unit: Callable[[], float], default_rtt: float, decay: float) -> None:
         self._random = unit
         self._default = default_rtt
         self._decay = decay
+        self._tracked = True
+        """Whether the scope's loads mirror its candidates' in-flight counts (else read the states)."""
         self.now = Instant()
 
     def attach(self, scope: Scope) -> None:
         self.now = scope.instant
+        self._tracked = scope.tracked
 
     def cost(self, state: EndpointState, load: int, now: float) -> float:
         at = state.ewma_at
@@ -251,7 +223,7 @@ class PeakEwmaPicker:
             return self._default * (load + 1)
         return state.ewma * math.exp(-max(0.0, now - at) / self._decay) * (load + 1)
 
-    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         n = len(candidates)
         if n == 1:
             return candidates[0]
@@ -259,7 +231,9 @@ class PeakEwmaPicker:
         now = self.now.value
         a = candidates[i]
         b = candidates[j]
-        return b if self.cost(b, loads[j], now) < self.cost(a, loads[i], now) else a
+        if self._tracked:
+            return b if self.cost(b, loads[j], now) < self.cost(a, loads[i], now) else a
+        return b if self.cost(b, b.inflight, now) < self.cost(a, a.inflight, now) else a
 
 
 _WALK = 64
@@ -267,7 +241,7 @@ _WALK = 64
 
 
 class HashPicker:
-    __slots__ = ("_degraded", "_den", "_num", "_panic", "_unit", "_weight", "table")
+    __slots__ = ("_degraded", "_den", "_num", "_panic", "_scope", "_unit", "_weight", "table")
 
     def __init__(self, unit: Callable[[], float], table_size: int, balance_factor: float | None) -> None:
         self._unit = unit
@@ -278,6 +252,8 @@ class HashPicker:
         """Whether candidacy is ``state.dpos >= 0`` (a degraded scope)."""
         self._weight = 0
         """The candidates' total weight."""
+        self._scope: Scope | None = None
+        """The scope whose in-flight total bounds the loads (a home scope of a bounded policy)."""
         if balance_factor is None:
             self._num = self._den = 0
         else:
@@ -286,6 +262,7 @@ class HashPicker:
     def attach(self, scope: Scope) -> None:
         self._panic = scope.panic
         self._degraded = scope.degraded
+        self._scope = scope if scope.totals else None
 
     def joined(self, state: EndpointState) -> None:
         self.table.add(state)
@@ -303,11 +280,12 @@ class HashPicker:
         """Whether a table member may take the call now (members of this scope only)."""
         return (state.ppos if self._panic else state.dpos if self._degraded else state.pos) >= 0
 
-    def _room(self, loads: Loads) -> Callable[[EndpointState], bool] | None:
-        """The bounded-load test for this pick, or None when no bound applies."""
-        if not self._num or not isinstance(loads, TotalingLoads):
+    def _room(self) -> Callable[[EndpointState], bool] | None:
+        """The bounded-load test for this pick, or None when no bound applies (a panic or degraded scope)."""
+        scope = self._scope
+        if not self._num or scope is None:
             return None
-        scale = self._num * (loads.total + 1)
+        scale = self._num * (scope.load_total + 1)
         per_weight = self._den * self._weight
 
         # inflight < ceil(c (total + 1) w / W)  <=>  inflight < c (total + 1) w / W
@@ -316,12 +294,12 @@ class HashPicker:
 
         return room
 
-    def pick(self, candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         if key is None:
             return candidates[int(self._unit() * len(candidates))]
         slots = self.table.slots()
         h = key_hash(key)
-        room = self._room(loads) if self._num else None
+        room = self._room() if self._num else None
         state = slots[h % len(slots)]
         if (state.ppos if self._panic else state.dpos if self._degraded else state.pos) >= 0 and (
             room is None or room(state)
@@ -336,8 +314,8 @@ class HashPicker:
 
     def pick_excluding(
         self,
-        candidates: Sequence[EndpointState],
-        loads: Loads,
+        candidates: list[EndpointState],
+        loads: list[int],
         key: Hashable | None,
         exclude: Collection[str],
     ) -> EndpointState | None:
@@ -347,16 +325,16 @@ class HashPicker:
             return rest[int(self._unit() * len(rest))] if rest else None
         slots = self.table.slots()
         h = key_hash(key)
-        found = self._walk(slots, h, candidates, self._room(loads), exclude, first=True)
+        found = self._walk(slots, h, candidates, self._room(), exclude, first=True)
         if found is None:
             found = self._walk(slots, h, candidates, None, exclude, first=True)
         return found
 
     def _walk(
         self,
-        slots: Sequence[EndpointState],
+        slots: list[EndpointState],
         h: int,
-        candidates: Sequence[EndpointState],
+        candidates: list[EndpointState],
         room: Callable[[EndpointState], bool] | None,
         exclude: Collection[str],
         *,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import heapq
 import random
-from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable
 from typing import TypeAlias
 
 from .._decision import Decision, DecisionMode
@@ -35,7 +35,7 @@ from ._circuit_policy import CircuitPolicy
 from ._ejection import EjectionGuard, rate_quorum, rotation_answers
 from ._listener import NullListener, PoolListener
 from ._outlier import OutlierSampler
-from ._pickers import Instant, Loads, PickFn
+from ._pickers import Instant, PickFn
 from ._record import FAULT_INDEX, SATURATED, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
 from ._routing import TRAFFIC_UNITS, Panic, Router, Routing, Scope, decision, pick_in
 from ._selection import Policy
@@ -71,6 +71,7 @@ class Pool:
     timed: bool
     clocked: bool
     stores_loads: bool
+    totals_loads: bool
     routing: Routing
     panic: Panic | None
     router: Router
@@ -103,6 +104,8 @@ class Pool:
         """Whether the hot path keeps the scopes' ``loads`` equal to in-flight counts: only
         when the policy reads them (a random store into a list as long as the pool is a
         cache miss at 100,000 endpoints)."""
+        self.totals_loads = self.stores_loads and bool(getattr(policy, "tracks_load", False))
+        """Whether the hot path also keeps each home scope's ``load_total`` (bounded-load hashing)."""
         self._instant = Instant()
         """The latest clock reading of a timed pool, for pickers that weigh time."""
         self.routing = routing if routing is not None else Routing()
@@ -118,7 +121,7 @@ class Pool:
         self.members: dict[str, EndpointState] = {}
         # The hot path's view of the router: the scope that takes all traffic as HEALTHY.
         self._fast: list[EndpointState] | None = None
-        self._loads: Loads = []
+        self._loads: list[int] = []
         self._pick: PickFn = _no_pick
         self._fast_decision = decision(_HEALTHY, 0)
         self._weight_total = 0
@@ -250,6 +253,8 @@ class Pool:
         n = state.inflight = state.inflight + 1
         if self.stores_loads and state.pos >= 0:
             state.loads[state.pos] = n
+            if self.totals_loads:
+                self._add_load(state, 1)
         return state, ticket, now, choice
 
     def _route(self, key: Hashable | None, exclude: Collection[str]) -> tuple[EndpointState, Decision]:
@@ -260,7 +265,7 @@ class Pool:
         _, scope, choice, tier = router.choose(int(self._unit() * TRAFFIC_UNITS))
         if scope is None:  # a panicking tier under PanicMode.FAIL_CLOSED
             raise self._no_eligible(exclude, refused=tier.number)
-        state = scope.picker.pick(scope.candidates, scope.view, key)
+        state = scope.picker.pick(scope.candidates, scope.loads, key)
         if exclude and state.endpoint.id in exclude:
             return self._pick_excluding(scope, choice, key, exclude)
         count_selection(state, choice.mode)
@@ -302,6 +307,8 @@ class Pool:
         if state.pos >= 0:
             if self.stores_loads:
                 state.loads[state.pos] = n
+                if self.totals_loads:
+                    self._add_load(state, -1)
         elif not n:
             self.listener.idle(state)  # off the hot path: only endpoints that take no permits
         n = state.successes
@@ -321,12 +328,7 @@ class Pool:
         retry_after: float | None = None,
     ) -> None:
         """Record a finished call. A returned error is completed work, like a success."""
-        n = state.inflight = state.inflight - 1
-        if state.pos >= 0:
-            if self.stores_loads:
-                state.loads[state.pos] = n
-        elif not n:
-            self.listener.idle(state)  # off the hot path: only endpoints that take no permits
+        self._release(state)
         if fault is None:
             state.successes = sat_add(state.successes)
         else:
@@ -381,12 +383,7 @@ class Pool:
 
     def cancel(self, state: EndpointState, ticket: Ticket) -> None:
         """Release a permit that ended without an outcome. No window changes."""
-        n = state.inflight = state.inflight - 1
-        if state.pos >= 0:
-            if self.stores_loads:
-                state.loads[state.pos] = n
-        elif not n:
-            self.listener.idle(state)  # off the hot path: only endpoints that take no permits
+        self._release(state)
         state.cancellations = sat_add(state.cancellations)
         if state.live:
             circuit = state.circuit
@@ -401,6 +398,23 @@ class Pool:
         orphans, self.orphans = self.orphans, []
         for state, ticket in orphans:
             self.cancel(state, ticket)
+
+    def _release(self, state: EndpointState) -> None:
+        """One permit fewer in flight on ``state`` (:meth:`succeed` inlines this)."""
+        n = state.inflight = state.inflight - 1
+        if state.pos >= 0:
+            if self.stores_loads:
+                state.loads[state.pos] = n
+                if self.totals_loads:
+                    self._add_load(state, -1)
+        elif not n:
+            self.listener.idle(state)  # off the hot path: only endpoints that take no permits
+
+    def _add_load(self, state: EndpointState, delta: int) -> None:
+        """Bounded-load hashing: keep ``state``'s home scope's in-flight total (its loads' sum)."""
+        home = state.home
+        assert home is not None  # noqa: S101 - every live candidate has a home
+        home.load_total += delta
 
     # -- timers and operators ----------------------------------------------------------
 
@@ -689,5 +703,5 @@ class Pool:
         return self.guard.suppressed
 
 
-def _no_pick(candidates: Sequence[EndpointState], loads: Loads, key: Hashable | None) -> EndpointState:
+def _no_pick(candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
     raise AssertionError("the fast path ran with no fast scope")  # pragma: no cover

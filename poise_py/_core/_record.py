@@ -7,7 +7,7 @@ permit, for the pool's eligibility and for the error a failed selection raises.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, MutableSequence
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from .._decision import DecisionMode
@@ -114,7 +114,7 @@ class EndpointState(Circuit):
     pos: int
     successes: int
     live: bool
-    loads: MutableSequence[int]
+    loads: list[int]
     endpoint: Endpoint
     admin: AdminStatus
     was_ejected: bool

@@ -52,7 +52,7 @@ from .._decision import Decision, DecisionMode
 from .._endpoint import Endpoint
 from .._errors import ConfigError
 from .._knobs import check_count, check_number, check_share
-from ._pickers import Instant, Loads, Picker, TotalingLoads, ratio
+from ._pickers import Instant, Picker, ratio
 from ._record import EndpointState
 from ._selection import Policy
 
@@ -156,21 +156,6 @@ _PANIC = DecisionMode.PANIC
 _DEGRADED = DecisionMode.DEGRADED
 
 
-class InflightView:
-    """``loads`` for a panic scope: read from the states (the hot path does not track them)."""
-
-    __slots__ = ("_candidates",)
-
-    def __init__(self, candidates: list[EndpointState]) -> None:
-        self._candidates = candidates
-
-    def __getitem__(self, index: int, /) -> int:
-        return self._candidates[index].inflight
-
-    def __len__(self) -> int:
-        return len(self._candidates)
-
-
 class Scope:
     """Candidates of one part of one tier, with a picker over them.
 
@@ -178,8 +163,11 @@ class Scope:
         tier: the tier this scope belongs to.
         candidates: the members that may take a permit now; ``candidates[s.pos] is s``.
         loads: ``loads[i] == candidates[i].inflight``, stored by the pool's hot path when
-            the policy reads loads (``Pool.stores_loads``).
-        view: what the picker reads as loads (``loads``, or a view for a panic scope).
+            the policy reads loads (``Pool.stores_loads``) in a scope that is
+            :attr:`tracked` (a home scope; a panic or degraded scope leaves it empty, and
+            its pickers read the states).
+        load_total: ``sum(loads)`` in a scope that :attr:`totals` (bounded-load hashing),
+            kept by the pool's hot path and by :meth:`add` and :meth:`remove`.
         members: how many live endpoints are homed here.
         capacity: how many of them an operator has not taken out (DRAINING, DISABLED).
     """
@@ -189,7 +177,8 @@ class Scope:
     local: bool
     candidates: list[EndpointState]
     loads: list[int]
-    view: Loads
+    load_total: int
+    totals: bool
     members: int
     capacity: int
     instant: Instant
@@ -203,14 +192,17 @@ class Scope:
         "candidates",
         "capacity",
         "instant",
+        "load_total",
         "loads",
         "local",
         "members",
         "picker",
         "tier",
-        "view",
+        "totals",
     )
 
+    tracked = True
+    """Whether :attr:`loads` mirrors the candidates' in-flight counts (home scopes)."""
     panic = False
     """Whether this is a tier's panic scope (its positions are ``state.ppos``)."""
     degraded = False
@@ -220,8 +212,10 @@ class Scope:
         self.tier = tier
         self.local = local
         self.candidates = []
-        self.loads = TotalingLoads() if getattr(policy, "tracks_load", False) else []
-        self.view = self._view()
+        self.loads = []
+        self.load_total = 0
+        self.totals = self.tracked and bool(getattr(policy, "tracks_load", False))
+        """Whether :attr:`load_total` is kept (a home scope of a policy that ``tracks_load``)."""
         self.members = 0
         self.capacity = 0
         self.instant = instant
@@ -237,9 +231,6 @@ class Scope:
         self._joined: Callable[[EndpointState], None] | None = getattr(picker, "joined", None)
         self._left: Callable[[EndpointState], None] | None = getattr(picker, "left", None)
 
-    def _view(self) -> Loads:
-        return self.loads
-
     def __repr__(self) -> str:
         side = "local" if self.local else "remote"
         return f"<Scope tier={self.tier.number} {side} {len(self.candidates)}/{self.members}>"
@@ -248,7 +239,10 @@ class Scope:
         """Make ``state`` a candidate (it must not be one)."""
         pos = state.pos = len(self.candidates)
         self.candidates.append(state)
-        self.loads.append(state.inflight)
+        load = state.inflight
+        self.loads.append(load)
+        if self.totals:
+            self.load_total += load
         if self._added is not None:
             self._added(state, pos)
 
@@ -257,6 +251,8 @@ class Scope:
         pos = state.pos
         candidates = self.candidates
         loads = self.loads
+        if self.totals:
+            self.load_total -= loads[pos]
         last = candidates.pop()
         last_load = loads.pop()
         moved = None
@@ -288,9 +284,7 @@ class PanicScope(Scope):
     __slots__ = ()
 
     panic = True
-
-    def _view(self) -> Loads:
-        return InflightView(self.candidates)
+    tracked = False
 
     def __repr__(self) -> str:
         return f"<PanicScope tier={self.tier.number} {len(self.candidates)}/{self.members}>"
@@ -329,9 +323,7 @@ class DegradedScope(Scope):
 
     capacity: int  # declared again: pyright infers nothing for a slot a subclass assigns
     degraded = True
-
-    def _view(self) -> Loads:
-        return InflightView(self.candidates)
+    tracked = False
 
     def __repr__(self) -> str:
         return f"<DegradedScope tier={self.tier.number} {len(self.candidates)}>"
@@ -659,12 +651,12 @@ def pick_in(
     picker = scope.picker
     native = getattr(picker, "pick_excluding", None)
     if native is not None:
-        found: EndpointState | None = native(candidates, scope.view, key, exclude)
+        found: EndpointState | None = native(candidates, scope.loads, key, exclude)
         return found
     pick = picker.pick
-    view = scope.view
+    loads = scope.loads
     for _ in range(2 * len(exclude) + 2):
-        state = pick(candidates, view, key)
+        state = pick(candidates, loads, key)
         if state.endpoint.id not in exclude:
             return state
     rest = [s for s in candidates if s.endpoint.id not in exclude]

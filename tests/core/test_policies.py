@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 import poise_py as poise
 from poise_py import CapacityOverflow, ConfigError
 from poise_py._core._circuit import Ticket
-from poise_py._core._pickers import TotalingLoads
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
 from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
@@ -308,13 +307,12 @@ def test_bounded_load_raises_capacity_overflow_when_the_arithmetic_cannot_hold()
         poise.ConsistentHash(table_size=101, balance_factor=1.0), [poise.Endpoint(f"e{i}") for i in range(3)]
     )
     scope = pool.router.tiers[0].local
-    loads = scope.loads
-    assert isinstance(loads, TotalingLoads)
+    assert scope.totals
     for i in range(3):  # every endpoint busy, but a total that says nothing is in flight
         scope.candidates[i].inflight = 5
-    loads.total = 0
+    scope.load_total = 0
     with pytest.raises(CapacityOverflow):
-        scope.picker.pick(scope.candidates, loads, "k")
+        scope.picker.pick(scope.candidates, scope.loads, "k")
 
 
 def test_a_call_without_a_key_is_spread_at_random_under_consistent_hashing() -> None:

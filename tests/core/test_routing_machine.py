@@ -25,7 +25,6 @@ from poise_py._core._ejection import ejection_allowance
 from poise_py._core._pickers import (
     HashPicker,
     P2CPicker,
-    TotalingLoads,
     WeightedRandomPicker,
     WeightedRoundRobinPicker,
 )
@@ -297,16 +296,18 @@ class RoutingMachine(RuleBasedStateMachine):
                 assert position(s) == -1
         if dpos:
             assert isinstance(scope, DegradedScope)
-            assert [scope.view[i] for i in range(len(candidates))] == [s.inflight for s in candidates]
+            assert not scope.tracked
+            assert not scope.loads  # untracked: its pickers read the states
             mine = [s for s in mine if id(s) in expected]  # its members are its candidates
         elif not ppos:
             if self.p.stores_loads:  # else the policy never reads them
                 assert list(scope.loads) == [s.inflight for s in candidates]
-            if isinstance(scope.loads, TotalingLoads):
-                assert scope.loads.total == sum(scope.loads)
+            if scope.totals:
+                assert scope.load_total == sum(s.inflight for s in candidates)
         else:
             assert isinstance(scope, PanicScope)
-            assert [scope.view[i] for i in range(len(candidates))] == [s.inflight for s in candidates]
+            assert not scope.tracked
+            assert not scope.loads  # untracked: its pickers read the states
         picker = scope.picker
         weights = [s.endpoint.weight for s in candidates]
         if isinstance(picker, WeightedRandomPicker):
