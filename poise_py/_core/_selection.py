@@ -62,9 +62,9 @@ class Policy(Protocol):
     Optional attributes a policy may define: ``measures_latency`` (the pool reads the
     clock on every pick and completion, keeps it in the scopes' :class:`Instant`, and
     calls ``observe(state, latency, now)`` on the policy when a call completes),
-    ``tracks_load`` (scopes keep :class:`TotalingLoads`) and ``reads_loads`` (default
-    True; False tells the pool its picks never read ``loads``, so the hot path need not
-    keep them current).
+    ``tracks_load`` (home scopes keep their in-flight total, ``Scope.load_total``) and
+    ``reads_loads`` (default True; False tells the pool its picks never read ``loads``,
+    so the hot path need not keep them current).
     """
 
     def bind(self, rng: random.Random) -> Picker:
