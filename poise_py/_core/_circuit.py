@@ -18,8 +18,12 @@ Probe slots are reserved inside ``try_acquire`` (there is no await between the c
 and the reservation), so ``permitted_probes`` is a hard limit on concurrency, not a
 spacing. Cancellation releases a slot and touches no window.
 
-Two runs are kept in one int: SUSPECT/FATAL strikes and TRANSIENT faults; a success ends
-both, a fault of one class never ends the other's. A trip the pool's
+The counts live in the circuit's :class:`~poise_py._core._tally.Tally`: two runs kept in
+one int (SUSPECT/FATAL strikes and TRANSIENT faults; a success ends both, a fault of one
+class never ends the other's) and the volume or outcome window. The tally also carries
+what the CLOSED-success fast path reads (``admit``, ``clocked``, ``slow_limit``), which
+the circuit sets at every move; a pool's endpoint record is its circuit's tally, so a
+call never touches the circuit itself. A trip the pool's
 ``max_ejection_percent`` refuses leaves the circuit CLOSED but *degraded* (reserve
 capacity for the router) with the refused cause, until a success finds no trip condition
 left, any move, or :meth:`Circuit.eject_degraded` once the pool has room. The guard only
@@ -56,7 +60,8 @@ from .._faults import Fault
 from ._circuit_policy import CircuitPolicy, CountWindow, TimeWindow
 from ._ejection import MAX_LEVEL
 from ._native import mypyc_attr
-from ._window import FAILED, SLOW, Window
+from ._tally import LOW, Tally
+from ._window import FAILED, SLOW
 
 
 class CircuitState(enum.Enum):
@@ -138,12 +143,6 @@ TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
 """Every legal move: (from, cause) -> to. Anything else raises ``LocalProtocolError``."""
 
 
-_RUN = 1 << 32
-"""One TRANSIENT fault in ``Circuit._consecutive`` (the TRANSIENT run is its high part)."""
-_LOW = _RUN - 1
-"""The SUSPECT run's mask; each run saturates at this many."""
-
-
 @mypyc_attr(native_class=False)
 class LocalProtocolError(RuntimeError):
     """An illegal circuit move was attempted; the circuit is unchanged. Always a bug."""
@@ -219,18 +218,12 @@ class Circuit:
         policy: the knobs.
         unit: returns a float uniform in [0, 1) for jitter (a seeded rng's ``random``).
         now: the creation time, for escalation decay.
+        tally: where to keep the counts (a pool passes the endpoint's record); a fresh
+            :class:`Tally` if None.
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
-    # The hot path's fields come first: the compiled build lays a class's fields out in this
-    # order, so recording a success touches the circuit's first cache line only.
-    admit: Ticket | None
-    clocked: bool
-    _consecutive: int
-    _slow_limit: float | None
-    _window: Window | None
-    _volume: int
-    _volume_cap: int
+    tally: Tally
     policy: CircuitPolicy
     state: CircuitState
     epoch: int
@@ -251,17 +244,10 @@ class Circuit:
 
     __slots__ = (
         "_closed_ticket",
-        "_consecutive",
         "_probe_ticket",
         "_slow_base",
-        "_slow_limit",
+        "_timed",
         "_unit",
-        "_volume",
-        "_volume_cap",
-        "_window",
-        "_window_timed",
-        "admit",
-        "clocked",
         "closed_at",
         "degraded",
         "degraded_cause",
@@ -279,36 +265,37 @@ class Circuit:
         "stale_results",
         "state",
         "suppressed_ejections",
+        "tally",
     )
 
-    def __init__(self, policy: CircuitPolicy, unit: Callable[[], float], now: float) -> None:
+    def __init__(
+        self, policy: CircuitPolicy, unit: Callable[[], float], now: float, tally: Tally | None = None
+    ) -> None:
+        self.tally = tally = Tally() if tally is None else tally
+        """The counts, and the fast path's gate (``admit``, ``clocked``, ``slow_limit``), which
+        every move sets."""
         self.policy = policy
         self._unit = unit
         # With no rate condition and a count window only the volume matters (for the
-        # minimum-volume gate): count it here instead of in a ring buffer.
+        # minimum-volume gate): count it in the tally instead of in a ring buffer.
         window = policy.window
-        self._window = None if (isinstance(window, CountWindow) and not policy.tracks_rates) else window.build()
-        self._volume = 0
-        self._volume_cap = window.size if isinstance(window, CountWindow) else 0
-        self._slow_limit = self._slow_base = policy.slow_call_duration
-        self._window_timed = isinstance(window, TimeWindow)
+        tally.window = None if (isinstance(window, CountWindow) and not policy.tracks_rates) else window.build()
+        tally.volume = 0
+        tally.volume_cap = window.size if isinstance(window, CountWindow) else 0
+        tally.slow_limit = self._slow_base = policy.slow_call_duration
+        tally.runs = 0
+        self._timed = isinstance(window, TimeWindow)
+        """Whether every success needs the time: a time window, or a pool that times every call."""
         self.state = CircuitState.CLOSED
         self.epoch = 0
         self._closed_ticket = ticket(0, probe=False)
         self._probe_ticket = ticket(0, probe=True)
-        self.admit = self._closed_ticket
-        """The ticket every call gets while CLOSED, else None: the pool's hot path reads only
-        this (it shares a cache line with the outcome counters, where ``state`` does not)."""
-        self.clocked = False
-        """Whether recording a success needs a real ``now`` (see :meth:`record_success`)."""
+        tally.admit = self._closed_ticket
         self.reopen_at: float | None = None
         self.leased = False
         self.probe_limit = 0
         self.probes_in_flight = 0
         self.probe_successes = 0
-        self._consecutive = 0
-        """Both runs in one int (SUSPECT in the low 32 bits, TRANSIENT above), so the
-        success fast path ends both with one store."""
         self.level = 0
         self.closed_at = now
         self.ejections_in_row = 0
@@ -341,14 +328,24 @@ class Circuit:
         return self.state is _B or self.state is _R
 
     @property
+    def admit(self) -> Ticket | None:
+        """The ticket every call gets while CLOSED, else None (kept in the tally, for the hot path)."""
+        return self.tally.admit
+
+    @property
+    def clocked(self) -> bool:
+        """Whether recording a success needs a real ``now`` (see :meth:`record_success`)."""
+        return self.tally.clocked
+
+    @property
     def consecutive_failures(self) -> int:
         """The current run of SUSPECT (and FATAL) faults."""
-        return self._consecutive & _LOW
+        return self.tally.consecutive_failures
 
     @property
     def consecutive_transient_failures(self) -> int:
         """The current run of TRANSIENT faults (a success ends it; other faults do not)."""
-        return self._consecutive >> 32
+        return self.tally.consecutive_transient_failures
 
     def escalation_level(self, now: float) -> int:
         """The level the next ejection would use: decayed while the circuit stays CLOSED."""
@@ -375,12 +372,11 @@ class Circuit:
         The evidence a pool's ``vouch`` reads: no SUSPECT, FATAL or TRANSIENT fault since
         the last success, and at least one outcome in the window.
         """
-        return self.state is _C and not self.degraded and not self._consecutive and self.window_counts(now)[0] > 0
+        return self.state is _C and not self.degraded and not self.tally.runs and self.tally.counts(now)[0] > 0
 
     def window_counts(self, now: float) -> tuple[int, int, int]:
         """``(volume, failures, slow)`` of the outcome window."""
-        window = self._window
-        return (self._volume, 0, 0) if window is None else window.counts(now)
+        return self.tally.counts(now)
 
     def next_deadline(self) -> float | None:
         """When the shell must call :meth:`handle_timer`, or None."""
@@ -409,47 +405,22 @@ class Circuit:
     def record_success(self, ticket: Ticket, now: float, started: float) -> bool:
         """Record a success on the CLOSED fast path; False if it needs :meth:`record`.
 
-        The hot path of every call: True when ``ticket`` is this CLOSED epoch's and the
-        success was counted in place (no move can follow a success in time). False,
-        changing nothing, for a probe, a stale ticket, a slow success, a degraded circuit
-        or a latency-measuring pool: the caller then records it with :meth:`record`.
-        ``now`` and ``started`` (when the call began) are read only when :attr:`clocked` is True.
+        See :meth:`Tally.record_success <poise_py._core._tally.Tally.record_success>`: the
+        pool calls it on the endpoint's record, which is this circuit's tally.
         """
-        if ticket is not self.admit:
-            return False
-        slow_limit = self._slow_limit
-        if slow_limit is not None and now - started >= slow_limit:
-            return False  # slow (or every success timed): the long way, which may trip
-        self._consecutive = 0  # a success in time: no trip can follow
-        window = self._window
-        if window is None:
-            if self._volume < self._volume_cap:
-                self._volume += 1
-        else:
-            window.add(0, now)
-        return True
+        return self.tally.record_success(ticket, now, started)
 
-    def time_every_success(self) -> None:
-        """Send every success through :meth:`record` (a pool whose policy measures latency)."""
-        self._slow_limit = self._slow_base = -math.inf
+    def clock_every_success(self) -> None:
+        """Ask for the time with every success (a pool whose policy measures latency).
+
+        The success is still recorded in place; the pool feeds its latency to the policy.
+        """
+        self._timed = True
         self._reclock()
 
     def _reclock(self) -> None:
-        self.clocked = self.admit is None or self._window_timed or self._slow_limit is not None
-
-    def _clear_window(self) -> None:
-        self._volume = 0
-        if self._window is not None:
-            self._window.clear()
-
-    def _add(self, flags: int, now: float) -> None:
-        # record_success inlines this for the CLOSED-success hot path: keep them in step.
-        window = self._window
-        if window is None:
-            if self._volume < self._volume_cap:
-                self._volume += 1
-        else:
-            window.add(flags, now)
+        tally = self.tally
+        tally.clocked = tally.admit is None or self._timed or tally.slow_limit is not None
 
     def cancel(self, ticket: Ticket) -> None:
         """Give a ticket back unused: releases a probe slot, changes no window."""
@@ -509,8 +480,8 @@ class Circuit:
         """
         if self.state is not _O and self.state is not _H:
             return None
-        self._consecutive = 0
-        self._clear_window()
+        self.tally.runs = 0
+        self.tally.clear()
         self.ejections_in_row = 0
         self.ejected_time = 0.0
         self.closed_at = now
@@ -518,8 +489,8 @@ class Circuit:
 
     def reset(self, now: float) -> Transition:
         """Start afresh, CLOSED at a new epoch: clears windows, escalation and blocks."""
-        self._clear_window()
-        self._consecutive = 0
+        self.tally.clear()
+        self.tally.runs = 0
         self.level = 0
         self.ejections_in_row = 0
         self.ejected_time = 0.0
@@ -568,8 +539,8 @@ class Circuit:
         if cause is None or (source, cause) not in TRANSITIONS:
             raise LocalProtocolError(f"illegal circuit move {source.value} --adopt {target.value}-->")
         if target is _C:
-            self._consecutive = 0
-            self._clear_window()
+            self.tally.runs = 0
+            self.tally.clear()
             self.ejections_in_row = 0
             self.ejected_time = 0.0
             self.closed_at = now
@@ -627,20 +598,20 @@ class Circuit:
         slow_limit = policy.slow_call_duration
         flags = SLOW if (slow_limit is not None and latency is not None and latency >= slow_limit) else 0
         if fault is None:
-            self._consecutive = 0
-            self._add(flags, now)
+            self.tally.runs = 0
+            self.tally.add(flags, now)
             if flags and policy.slow_call_rate is not None:
                 return self._maybe_trip(now, retry_after, may_eject=may_eject, quorum=quorum, vouch=vouch)
             if self.degraded and self._trip_cause(now, quorum) is None:
                 self._set_degraded(None)  # the refused trip's condition no longer holds
             return None
         if fault is Fault.SUSPECT:
-            self._strike()
-            self._add(flags | FAILED, now)
+            self.tally.strike()
+            self.tally.add(flags | FAILED, now)
             return self._maybe_trip(now, retry_after, may_eject=may_eject, quorum=quorum, vouch=vouch)
         if fault is Fault.FATAL:
-            self._strike()
-            self._add(flags | FAILED, now)
+            self.tally.strike()
+            self.tally.add(flags | FAILED, now)
             if _refused(may_eject, vouch):
                 self._suppress(Cause.FATAL)
                 return self._retry_after_open(now, retry_after)
@@ -648,7 +619,7 @@ class Circuit:
         if fault is Fault.PERMANENT:
             return self._move(Cause.PERMANENT, now)
         if fault is Fault.TRANSIENT:
-            run = self._transient()
+            run = self.tally.transient()
             n = policy.consecutive_transient_failures
             if n is not None and run >= n:
                 if _refused(may_eject, vouch):
@@ -671,7 +642,7 @@ class Circuit:
         """
         self.degraded = cause is not None
         self.degraded_cause = cause
-        self._slow_limit = -math.inf if cause is not None else self._slow_base
+        self.tally.slow_limit = -math.inf if cause is not None else self._slow_base
         self._reclock()
 
     def trip(self, cause: Cause, now: float, *, may_eject: bool) -> Transition | None:
@@ -698,19 +669,6 @@ class Circuit:
             return None
         return self._eject(cause, now, None)
 
-    def _strike(self) -> None:
-        """One more SUSPECT or FATAL fault in the run (saturating)."""
-        runs = self._consecutive
-        if runs & _LOW < _LOW:
-            self._consecutive = runs + 1
-
-    def _transient(self) -> int:
-        """One more TRANSIENT fault in its run (saturating); returns the run."""
-        runs = self._consecutive
-        if runs >> 32 < _LOW:
-            runs = self._consecutive = runs + _RUN
-        return runs >> 32
-
     def _maybe_trip(
         self,
         now: float,
@@ -734,7 +692,7 @@ class Circuit:
         if volume < policy.minimum_volume:
             return None
         n = policy.consecutive_failures
-        if n is not None and self._consecutive & _LOW >= n:
+        if n is not None and self.tally.runs & LOW >= n:
             return Cause.CONSECUTIVE_FAILURES
         rate = policy.failure_rate
         if rate is not None and failures >= rate * volume and (quorum is None or quorum(now)):
@@ -775,7 +733,7 @@ class Circuit:
 
     def _record_probe(self, fault: Fault | None, now: float, retry_after: float | None) -> Transition | None:
         if fault is None:
-            self._consecutive = 0
+            self.tally.runs = 0
             self.probe_successes += 1
             if self.leased:
                 # The slot was one fleet lease, now spent; the fleet counts the success.
@@ -791,7 +749,7 @@ class Circuit:
         if fault is Fault.TRANSIENT:
             # The run did not end at the ejection: a TRANSIENT probe that completes it
             # fails the probe like a strike would.
-            run = self._transient()
+            run = self.tally.transient()
             n = self.policy.consecutive_transient_failures
             if n is not None and run >= n:
                 return self._eject(Cause.PROBE_FAILED, now, retry_after)
@@ -804,8 +762,8 @@ class Circuit:
         self.ejections_in_row = 0
         self.ejected_time = 0.0
         self.closed_at = now
-        self._consecutive = 0
-        self._clear_window()
+        self.tally.runs = 0
+        self.tally.clear()
         return self._move(Cause.PROBE_SUCCEEDED, now)
 
     def _move(
@@ -822,7 +780,7 @@ class Circuit:
             self._set_degraded(None)
         self._closed_ticket = ticket(epoch, probe=False)
         self._probe_ticket = ticket(epoch, probe=True)
-        self.admit = self._closed_ticket if target is _C else None
+        self.tally.admit = self._closed_ticket if target is _C else None
         self._reclock()
         self.probes_in_flight = 0
         self.probe_successes = 0

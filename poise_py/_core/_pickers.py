@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from .._errors import CapacityOverflow
 from ._maglev import MaglevTable, key_hash
+from ._record import UNMEASURED
 from ._weights import STRIDE_SCALE, PackedSchedule, WeightBuckets, WeightClasses
 
 if TYPE_CHECKING:
@@ -219,7 +220,7 @@ class PeakEwmaPicker:
 
     def cost(self, state: EndpointState, load: int, now: float) -> float:
         at = state.ewma_at
-        if at is None:
+        if at == UNMEASURED:
             return self._default * (load + 1)
         return state.ewma * math.exp(-max(0.0, now - at) / self._decay) * (load + 1)
 

@@ -30,7 +30,7 @@ from .._decision import Decision, DecisionMode
 from .._endpoint import AdminStatus, Endpoint
 from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, WeightOverflow
 from .._faults import Fault
-from ._circuit import Cause, Circuit, CircuitState, PanicTicket, Ticket, Transition
+from ._circuit import Cause, CircuitState, PanicTicket, Ticket, Transition
 from ._circuit_policy import CircuitPolicy
 from ._ejection import EjectionGuard, rate_quorum, rotation_answers
 from ._listener import NullListener, PoolListener
@@ -183,9 +183,9 @@ class Pool:
         for endpoint in added:
             state = EndpointState(endpoint, self.circuit_policy, self._unit, now)
             if observed:
-                # A latency-measuring policy needs every success's latency: send each
-                # success the long way, through _record, which feeds the policy.
-                state.time_every_success()
+                # A latency-measuring policy needs every success's latency: the exit
+                # reads the clock for each, and succeed() feeds the policy.
+                state.circuit.clock_every_success()
             members[endpoint.id] = state
             self._attach(state)
         self.guard.resize(len(members))
@@ -238,7 +238,7 @@ class Pool:
             state, choice = self._route(key, exclude)
         ticket = state.admit  # the hot path: CLOSED (see Circuit.try_acquire)
         if ticket is None:
-            circuit: Circuit = state
+            circuit = state.circuit
             got = circuit.try_acquire(now)
             if type(got) is not Ticket:
                 if choice.mode is not _PANIC:  # available implies accepting; a bug otherwise
@@ -316,6 +316,8 @@ class Pool:
         # The hot path of every call: a CLOSED circuit records it in place.
         if not (state.live and state.record_success(ticket, now, started)):
             self._record(state, ticket, None, now, latency=now - started, retry_after=None)
+        elif self._observe is not None:  # a latency-measuring policy (_record feeds it on the long way)
+            self._observe(state, now - started, now)
 
     def complete(
         self,

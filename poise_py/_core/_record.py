@@ -1,12 +1,14 @@
 """The per-endpoint record the pool keeps, and why an endpoint is out (pure core).
 
-:class:`EndpointState` holds one endpoint's circuit, counters and routing positions;
+:class:`EndpointState` holds one endpoint's circuit, its circuit's counts, the pool's
+counters and its routing positions;
 :func:`gate`, :func:`refusal` and :func:`no_eligible` say why an endpoint may not take a
 permit, for the pool's eligibility and for the error a failed selection raises.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
@@ -15,10 +17,14 @@ from .._endpoint import AdminStatus, Endpoint
 from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints
 from .._faults import Fault
 from ._circuit import Circuit
+from ._tally import Tally
 
 if TYPE_CHECKING:
     from ._circuit_policy import CircuitPolicy
     from ._routing import Scope
+
+UNMEASURED = -math.inf
+"""``EndpointState.ewma_at`` of an endpoint whose latency was never observed."""
 
 SATURATED = 2**64 - 1
 """Observation counters stop here instead of wrapping: lost precision, never a wrap."""
@@ -96,12 +102,14 @@ def count_selection(state: EndpointState, mode: DecisionMode) -> None:
         state.mode_selections[i] = sat_add(state.mode_selections[i])
 
 
-class EndpointState(Circuit):
+class EndpointState(Tally):
     """Everything the pool knows about one live endpoint: its circuit, and the pool's bookkeeping.
 
-    The record *is* the endpoint's circuit (a subclass): one object per endpoint, so a
-    call over a big pool touches one allocation, not a record and a circuit apart
-    (``docs/performance.md``, scaling). :attr:`circuit` names the circuit part.
+    The record *is* its circuit's :class:`~poise_py._core._tally.Tally` (a subclass): a
+    call reads and writes the circuit's counts, the fast path's gate and the pool's
+    counters in one allocation, in its first cache lines, and never touches the circuit
+    (:attr:`circuit`, a separate object that holds the state machine and is reached only
+    when something moves; ``docs/performance.md``, scaling).
 
     Identity is the object: a state that leaves the pool is marked not ``live`` and never
     reused, so a late result for it can never touch a re-added endpoint of the same id.
@@ -109,17 +117,18 @@ class EndpointState(Circuit):
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
     # The hot path's fields come first: the compiled build lays a class's fields out in this
-    # order (after the circuit's), so a call touches few of the record's cache lines.
+    # order (after the tally's), so a call touches few of the record's cache lines.
     inflight: int
     pos: int
     successes: int
     live: bool
     loads: list[int]
+    circuit: Circuit
     endpoint: Endpoint
     admin: AdminStatus
     was_ejected: bool
     ewma: float
-    ewma_at: float | None
+    ewma_at: float
     home: Scope | None
     ppos: int
     dpos: int
@@ -134,6 +143,7 @@ class EndpointState(Circuit):
     __slots__ = (
         "admin",
         "cancellations",
+        "circuit",
         "counted",
         "dpos",
         "endpoint",
@@ -158,7 +168,9 @@ class EndpointState(Circuit):
     )
 
     def __init__(self, endpoint: Endpoint, policy: CircuitPolicy, unit: Callable[[], float], now: float) -> None:
-        super().__init__(policy, unit, now)
+        super().__init__()
+        self.circuit = Circuit(policy, unit, now, self)
+        """The endpoint's circuit, whose counts are this record (see the class docstring)."""
         self.endpoint = endpoint
         self.admin = AdminStatus.AUTO
         self.health_refusal: IneligibleReason | None = None
@@ -168,8 +180,9 @@ class EndpointState(Circuit):
         self.live = True
         self.was_ejected = False
         self.ewma = 0.0
-        self.ewma_at = None
-        """When ``ewma`` was last observed; None while the endpoint is unmeasured."""
+        self.ewma_at = UNMEASURED
+        """When ``ewma`` was last observed; :data:`UNMEASURED` while it never was (a float,
+        not None, so the picker reads it in place instead of from a boxed float)."""
         self.home = None
         """The routing scope this endpoint belongs to (its tier, and zone side)."""
         self.loads = []
@@ -197,11 +210,6 @@ class EndpointState(Circuit):
         """What the balancer's endpoint factory built for it (``Permit.resource``)."""
 
     @property
-    def circuit(self) -> Circuit:
-        """The endpoint's circuit: this record itself, seen as its :class:`Circuit`."""
-        return self
-
-    @property
     def id(self) -> str:
         """The endpoint's stable id."""
         return self.endpoint.id
@@ -212,4 +220,4 @@ class EndpointState(Circuit):
         return self.endpoint.weight
 
     def __repr__(self) -> str:
-        return f"<EndpointState {self.endpoint.id!r} {self.state.value} inflight={self.inflight}>"
+        return f"<EndpointState {self.endpoint.id!r} {self.circuit.state.value} inflight={self.inflight}>"

@@ -51,6 +51,7 @@ from ._pickers import (
     WeightedRandomPicker,
     WeightedRoundRobinPicker,
 )
+from ._record import UNMEASURED
 
 if TYPE_CHECKING:
     from ._record import EndpointState
@@ -208,7 +209,7 @@ class PeakEwma:
     def observe(self, state: EndpointState, latency: float, now: float) -> None:
         """Feed one completed call's latency into ``state``'s estimate."""
         at = state.ewma_at
-        if at is None or latency >= state.ewma:
+        if at == UNMEASURED or latency >= state.ewma:
             state.ewma = latency
         else:
             w = math.exp(-max(0.0, now - at) / self.decay)

@@ -1,4 +1,4 @@
-"""The circuit's own CLOSED-success fast path, when it needs the time, and the pool's record being the circuit."""
+"""The circuit's own CLOSED-success fast path, when it needs the time, and the pool's record being its tally."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import poise_py as poise
 from poise_py import CircuitState, Fault
 from poise_py._core._circuit import Circuit, Ticket
 from poise_py._core._pool import Pool
+from poise_py._core._tally import Tally
 
 NOW = 100.0
 
@@ -64,19 +65,34 @@ def test_a_time_window_needs_the_time_for_every_success() -> None:
     assert c.window_counts(NOW + 60.0)[0] == 0  # recorded at NOW, so it has been forgotten
 
 
-def test_time_every_success_sends_every_success_the_long_way() -> None:
+def test_clock_every_success_asks_for_the_time_and_keeps_the_fast_path() -> None:
     c = make()
-    c.time_every_success()
+    assert not c.clocked
+    c.clock_every_success()
     assert c.clocked
-    assert not c.record_success(closed_ticket(c), NOW, NOW - 0.01)
+    assert c.record_success(closed_ticket(c), NOW, NOW - 0.01)
+    assert c.window_counts(NOW) == (1, 0, 0)
+    c.record(closed_ticket(c), Fault.SUSPECT, NOW)  # a move or a degradation keeps the clock asked for
+    assert c.clocked
 
 
-def test_a_pools_record_is_its_endpoints_circuit_so_a_call_touches_one_object() -> None:
+def test_a_pools_record_is_its_circuits_tally_so_a_call_touches_one_object() -> None:
     pool = Pool(poise.CircuitPolicy(), poise.RoundRobin(), random.Random(1))
     pool.apply(NOW, added=[poise.Endpoint("a")])
     state, ticket, started, _ = pool.select(NOW)
-    assert state.circuit is state  # one allocation per endpoint (docs/performance.md, scaling)
-    assert ticket is state.admit
+    # The counts a call writes live in the record, not in the circuit (docs/performance.md, scaling).
+    assert state.circuit.tally is state
+    assert state.circuit is not state
+    assert ticket is state.admit is state.circuit.admit
     pool.succeed(state, ticket, NOW, started)
     assert state.circuit.window_counts(NOW) == (1, 0, 0)
     assert (state.inflight, state.successes) == (0, 1)
+
+
+def test_a_bare_circuit_keeps_its_own_tally() -> None:
+    c = make()
+    other = make()
+    assert isinstance(c.tally, Tally)
+    assert c.tally is not other.tally
+    c.record(closed_ticket(c), Fault.SUSPECT, NOW)
+    assert (c.consecutive_failures, other.consecutive_failures) == (1, 0)

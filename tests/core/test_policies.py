@@ -17,7 +17,7 @@ import poise_py as poise
 from poise_py import CapacityOverflow, ConfigError
 from poise_py._core._circuit import Ticket
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import UNMEASURED, EndpointState
 from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
 from tests.support.circuits import record_of
 from tests.support.clocks import FakeClock
@@ -182,7 +182,7 @@ def test_load_aware_policy_sends_less_to_a_slow_endpoint_than_round_robin(policy
 def test_peak_ewma_jumps_to_a_slow_observation_and_decays_towards_fast_ones() -> None:
     policy = poise.PeakEwma(decay=10.0)
     state = make_pool(policy, [poise.Endpoint("a")]).members["a"]
-    assert state.ewma_at is None
+    assert state.ewma_at == UNMEASURED
     policy.observe(state, 0.05, now=0.0)
     policy.observe(state, 1.0, now=1.0)
     assert state.ewma == 1.0  # the peak, at once

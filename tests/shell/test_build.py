@@ -17,6 +17,7 @@ HOT_PATH = (
     "poise_py._core._circuit",
     "poise_py._core._pickers",
     "poise_py._core._record",
+    "poise_py._core._tally",
     "poise_py._core._window",
     "poise_py._permit",
     "poise_py._dispatch",
