@@ -468,3 +468,15 @@ async def test_a_discovery_update_past_the_weight_bound_is_rejected_and_the_pool
         await anyio.wait_all_tasks_blocked()
         assert lb.discovery_rejected == 1
         assert [e.id for e in lb.snapshot().endpoints] == ["a", "c"]
+
+
+def test_a_latency_measuring_pool_records_a_closed_success_in_place_and_asks_for_the_time() -> None:
+    pool = make_pool(poise.PeakEwma(), [poise.Endpoint("a")])
+    state = pool.members["a"]
+    assert state.clocked  # the exit reads the clock for every success, to feed the policy
+    epoch = state.circuit.epoch
+    for i in range(3):
+        selected, ticket, started, _ = pool.select(float(i))
+        pool.succeed(selected, ticket, float(i) + 0.5, started)
+    assert state.ewma_at == 2.5
+    assert (state.circuit.epoch, state.successes, state.circuit.window_counts(3.0)[0]) == (epoch, 3, 3)

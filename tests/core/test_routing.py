@@ -460,3 +460,21 @@ def test_every_tier_share_sums_to_the_whole() -> None:
     assert sum(pool.router.shares.values()) == TRAFFIC_UNITS
     counts = shares(run(pool, 10))
     assert sum(counts.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("policy", [poise.PowerOfTwoChoices(), poise.PeakEwma()], ids=lambda p: type(p).__name__)
+def test_a_load_aware_panic_pick_reads_the_endpoints_own_loads(policy: poise.Policy) -> None:
+    # A panic scope's loads are not tracked by the hot path: its picker reads the states.
+    pool = make_pool(policy, tiered(2), panic=poise.Panic())
+    eject(pool, "t0-0")
+    eject(pool, "t0-1")
+    panic_scope = pool.router.tiers[0].panic
+    assert panic_scope is not None
+    assert not panic_scope.tracked
+    busy, _, _, decision = pool.select(0.0)
+    assert decision.mode is PANIC
+    for _ in range(20):  # two candidates: a two-choice pick compares both, every time
+        state, ticket, now, decision = pool.select(0.0)
+        assert decision.mode is PANIC
+        assert state is not busy
+        pool.succeed(state, ticket, 0.0, now)
