@@ -22,7 +22,7 @@ def make(**knobs: object) -> Circuit:
 
 
 def record_of(endpoint: poise.Endpoint, **knobs: object) -> EndpointState:
-    """A pool's record for ``endpoint`` (which is its circuit too), at ``NOW``."""
+    """A pool's record for ``endpoint`` (its circuit's tally; ``.circuit`` is the circuit), at ``NOW``."""
     return EndpointState(endpoint, policy_of(**knobs), random.Random(0).random, NOW)
 
 
