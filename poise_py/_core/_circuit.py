@@ -480,7 +480,6 @@ class Circuit:
         """
         if self.state is not _O and self.state is not _H:
             return None
-        self.tally.runs = 0
         self.tally.clear()
         self.ejections_in_row = 0
         self.ejected_time = 0.0
@@ -490,7 +489,6 @@ class Circuit:
     def reset(self, now: float) -> Transition:
         """Start afresh, CLOSED at a new epoch: clears windows, escalation and blocks."""
         self.tally.clear()
-        self.tally.runs = 0
         self.level = 0
         self.ejections_in_row = 0
         self.ejected_time = 0.0
@@ -539,7 +537,6 @@ class Circuit:
         if cause is None or (source, cause) not in TRANSITIONS:
             raise LocalProtocolError(f"illegal circuit move {source.value} --adopt {target.value}-->")
         if target is _C:
-            self.tally.runs = 0
             self.tally.clear()
             self.ejections_in_row = 0
             self.ejected_time = 0.0
@@ -762,7 +759,6 @@ class Circuit:
         self.ejections_in_row = 0
         self.ejected_time = 0.0
         self.closed_at = now
-        self.tally.runs = 0
         self.tally.clear()
         return self._move(Cause.PROBE_SUCCEEDED, now)
 

@@ -116,7 +116,8 @@ class Tally:
         return (self.volume, 0, 0) if window is None else window.counts(now)
 
     def clear(self) -> None:
-        """Forget every outcome (a move to a new CLOSED epoch); the runs are the circuit's to end."""
+        """Forget every outcome and end both runs (a move to a new CLOSED epoch)."""
+        self.runs = 0
         self.volume = 0
         if self.window is not None:
             self.window.clear()
