@@ -402,7 +402,11 @@ class Pool:
             self.cancel(state, ticket)
 
     def _release(self, state: EndpointState) -> None:
-        """One permit fewer in flight on ``state`` (:meth:`succeed` inlines this)."""
+        """One permit fewer in flight on ``state``.
+
+        :meth:`succeed`, every call's exit, inlines this: calling it there costs a pure-Python
+        RoundRobin call 419 instructions more, 2.9% (``python bench/misses.py --sizes 10``).
+        """
         n = state.inflight = state.inflight - 1
         if state.pos >= 0:
             if self.stores_loads:
