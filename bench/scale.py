@@ -124,7 +124,7 @@ ROWS: list[tuple[str, Callable[[], poise.Policy], bool, bool, str]] = [
     ("WeightedRandom", poise.WeightedRandom, False, False, "O(1)"),
     ("WeightedRandom, weights 1-4", poise.WeightedRandom, True, False, "O(1)"),
     ("WeightedRoundRobin", poise.WeightedRoundRobin, False, False, "O(1)"),
-    ("WeightedRoundRobin, weights 1-4", poise.WeightedRoundRobin, True, False, "O(1)"),
+    ("WeightedRoundRobin, weights 1-4", poise.WeightedRoundRobin, True, False, "O(log k)"),
     ("PowerOfTwoChoices, weights 1-4", poise.PowerOfTwoChoices, True, False, "O(log n)"),
     ("ConsistentHash, weights 1-4", poise.ConsistentHash, True, True, "O(1)"),
     ("ConsistentHash bounded, weights 1-4", lambda: poise.ConsistentHash(balance_factor=1.25), True, True, "O(1)"),
