@@ -251,7 +251,7 @@ class Pool:
                     if not circuit.accepting:
                         self._sync(state)
         n = state.inflight = state.inflight + 1
-        if self.stores_loads and state.pos >= 0:
+        if self.stores_loads and state.listed:
             state.loads[state.pos] = n
             if self.totals_loads:
                 self._add_load(state, 1)
@@ -304,7 +304,7 @@ class Pool:
         the shell may pass 0.0 otherwise and skip its clock read.
         """
         n = state.inflight = state.inflight - 1
-        if state.pos >= 0:
+        if state.listed:
             if self.stores_loads:
                 state.loads[state.pos] = n
                 if self.totals_loads:
@@ -408,7 +408,7 @@ class Pool:
         RoundRobin call 419 instructions more, 2.9% (``python bench/misses.py --sizes 10``).
         """
         n = state.inflight = state.inflight - 1
-        if state.pos >= 0:
+        if state.listed:
             if self.stores_loads:
                 state.loads[state.pos] = n
                 if self.totals_loads:

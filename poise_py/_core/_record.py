@@ -102,27 +102,46 @@ def count_selection(state: EndpointState, mode: DecisionMode) -> None:
         state.mode_selections[i] = sat_add(state.mode_selections[i])
 
 
-class EndpointState(Tally):
+class CallCounters(Tally):
+    """The record's fields a call reads and writes beside its circuit's tally: laid out right after it.
+
+    Its own class so that both builds put these fields next to the tally's, at the start of
+    the record: the compiled build lays a class's fields out in declaration order, but the
+    interpreted one lays each class's ``__slots__`` out in *alphabetical* order (CPython
+    sorts them), base class first. In one class with the record's other fields they sat
+    among them, 90-240 bytes in, and a random pick over a big pool fetched four or five of
+    the record's lines instead of two (``docs/performance.md``, scaling).
+    """
+
+    inflight: int
+    pos: int
+    """Position among its home scope's candidates (``candidates[pos] is self``), or -1."""
+    successes: int
+    live: bool
+    listed: bool
+    """``pos >= 0``, kept by the scope beside ``pos``: the exit tests this instead of ``pos``
+    (interpreted, an int above 256 is an object of its own, one more line to fetch). Declared
+    beside ``live`` so that the compiled build packs the two flags into one word."""
+    loads: list[int]
+
+    __slots__ = ("inflight", "listed", "live", "loads", "pos", "successes")
+
+
+class EndpointState(CallCounters):
     """Everything the pool knows about one live endpoint: its circuit, and the pool's bookkeeping.
 
     The record *is* its circuit's :class:`~poise_py._core._tally.Tally` (a subclass): a
     call reads and writes the circuit's counts, the fast path's gate and the pool's
-    counters in one allocation, in its first cache lines, and never touches the circuit
-    (:attr:`circuit`, a separate object that holds the state machine and is reached only
-    when something moves; ``docs/performance.md``, scaling).
+    counters (:class:`CallCounters`) in one allocation, in its first cache lines, and never
+    touches the circuit (:attr:`circuit`, a separate object that holds the state machine
+    and is reached only when something moves; ``docs/performance.md``, scaling).
 
     Identity is the object: a state that leaves the pool is marked not ``live`` and never
     reused, so a late result for it can never touch a re-added endpoint of the same id.
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
-    # The hot path's fields come first: the compiled build lays a class's fields out in this
-    # order (after the tally's), so a call touches few of the record's cache lines.
-    inflight: int
-    pos: int
-    successes: int
-    live: bool
-    loads: list[int]
+    # The hot path's fields are the tally's and CallCounters' (first in the object, in both builds).
     circuit: Circuit
     endpoint: Endpoint
     admin: AdminStatus
@@ -152,17 +171,12 @@ class EndpointState(Tally):
         "faults",
         "health_refusal",
         "home",
-        "inflight",
-        "live",
-        "loads",
         "mode_selections",
-        "pos",
         "ppos",
         "probes",
         "readiness",
         "resource",
         "stale",
-        "successes",
         "was_degraded",
         "was_ejected",
     )
@@ -177,6 +191,7 @@ class EndpointState(Tally):
         """Active health's verdict for eligibility under AUTO (None: may serve)."""
         self.inflight = 0
         self.pos = -1
+        self.listed = False
         self.live = True
         self.was_ejected = False
         self.ewma = 0.0

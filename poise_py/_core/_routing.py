@@ -238,6 +238,7 @@ class Scope:
     def add(self, state: EndpointState) -> None:
         """Make ``state`` a candidate (it must not be one)."""
         pos = state.pos = len(self.candidates)
+        state.listed = True
         self.candidates.append(state)
         load = state.inflight
         self.loads.append(load)
@@ -262,6 +263,7 @@ class Scope:
             last.pos = pos
             moved = last
         state.pos = -1
+        state.listed = False
         if self._removed is not None:
             self._removed(state, pos, moved)
 

@@ -244,7 +244,7 @@ class RoutingMachine(RuleBasedStateMachine):
         assert {t.number for t in router.order} == {s.endpoint.tier for s in members}
         assert [t.number for t in router.order] == sorted(router.tiers)
         for s in self.gone:
-            assert (s.pos, s.ppos, s.dpos, s.live) == (-1, -1, -1, False)
+            assert (s.pos, s.listed, s.ppos, s.dpos, s.live) == (-1, False, -1, -1, False)
         for tier in router.order:
             in_tier = [s for s in members if s.endpoint.tier == tier.number]
             for scope in tier.scopes():
@@ -268,6 +268,7 @@ class RoutingMachine(RuleBasedStateMachine):
             self.check_scope(tier.degraded, {id(s) for s in reserve}, in_tier, dpos=True)
             assert tier.degraded.members == tier.degraded.capacity == len(reserve)
         for s in members:
+            assert s.listed == (s.pos >= 0)  # the exit's test, kept beside the position
             assert not s.circuit.degraded or s.circuit.state is CircuitState.CLOSED
         self.check_plan()
         assert pool.ejected_count == sum(s.circuit.ejected for s in members)
