@@ -123,8 +123,18 @@ class CallCounters(Tally):
     (interpreted, an int above 256 is an object of its own, one more line to fetch). Declared
     beside ``live`` so that the compiled build packs the two flags into one word."""
     loads: list[int]
+    """``home.loads``: where the hot path stores ``inflight`` at ``pos``."""
 
     __slots__ = ("inflight", "listed", "live", "loads", "pos", "successes")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inflight = 0
+        self.pos = -1
+        self.successes = 0
+        self.live = True
+        self.listed = False
+        self.loads = []
 
 
 class EndpointState(CallCounters):
@@ -189,10 +199,6 @@ class EndpointState(CallCounters):
         self.admin = AdminStatus.AUTO
         self.health_refusal: IneligibleReason | None = None
         """Active health's verdict for eligibility under AUTO (None: may serve)."""
-        self.inflight = 0
-        self.pos = -1
-        self.listed = False
-        self.live = True
         self.was_ejected = False
         self.ewma = 0.0
         self.ewma_at = UNMEASURED
@@ -200,8 +206,6 @@ class EndpointState(CallCounters):
         not None, so the picker reads it in place instead of from a boxed float)."""
         self.home = None
         """The routing scope this endpoint belongs to (its tier, and zone side)."""
-        self.loads = []
-        """``home.loads``: where the hot path stores ``inflight`` at ``pos``."""
         self.ppos = -1
         """Position among its tier's panic candidates, or -1."""
         self.dpos = -1
@@ -210,7 +214,6 @@ class EndpointState(CallCounters):
         """Whether the pool counts it as degraded (its circuit's flag, as last synced)."""
         self.counted = False
         """Whether it counts in its scope's capacity (an operator has not taken it out)."""
-        self.successes = 0
         self.faults = [0] * len(FAULT_INDEX)
         self.cancellations = 0
         self.probes = 0
