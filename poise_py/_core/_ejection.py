@@ -228,7 +228,7 @@ def rotation_answers(members: Iterable[EndpointState], state: EndpointState, now
     """
     vouched = False
     for other in members:
-        if other is state or other.pos < 0:
+        if other is state or not other.listed:
             continue
         if not other.circuit.answering(now):
             return False

@@ -612,7 +612,7 @@ class Pool:
             else:
                 home.tier.degraded.remove(state)
         available = available and not degraded
-        if available != (state.pos >= 0):
+        if available != state.listed:
             if available:
                 home.add(state)
             else:
@@ -642,7 +642,7 @@ class Pool:
         """Take a state out of every routing structure (no replan)."""
         home = state.home
         assert home is not None  # noqa: S101 - every live state has a home
-        if state.pos >= 0:
+        if state.listed:
             home.remove(state)
         if state.dpos >= 0:
             home.tier.degraded.remove(state)

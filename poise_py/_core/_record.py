@@ -119,8 +119,9 @@ class CallCounters(Tally):
     successes: int
     live: bool
     listed: bool
-    """``pos >= 0``, kept by the scope beside ``pos``: the exit tests this instead of ``pos``
-    (interpreted, an int above 256 is an object of its own, one more line to fetch). Declared
+    """``pos >= 0``, kept by the scope beside ``pos``: the pool tests this instead of ``pos``
+    (on the exit, interpreted, an int above 256 is an object of its own, one more line to
+    fetch). Declared
     beside ``live`` so that the compiled build packs the two flags into one word."""
     loads: list[int]
     """``home.loads``: where the hot path stores ``inflight`` at ``pos``."""

@@ -268,7 +268,7 @@ class RoutingMachine(RuleBasedStateMachine):
             self.check_scope(tier.degraded, {id(s) for s in reserve}, in_tier, dpos=True)
             assert tier.degraded.members == tier.degraded.capacity == len(reserve)
         for s in members:
-            assert s.listed == (s.pos >= 0)  # the exit's test, kept beside the position
+            assert s.listed == (s.pos >= 0)  # the pool's test, kept beside the position
             assert not s.circuit.degraded or s.circuit.state is CircuitState.CLOSED
         self.check_plan()
         assert pool.ejected_count == sum(s.circuit.ejected for s in members)
