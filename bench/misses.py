@@ -16,7 +16,10 @@ to 150 ns with 8 MiB: ``bench/latency.c``). It knows nothing of hardware prefetc
 TLBs, so read its counts as "lines fetched from memory", not as time.
 
 ``--only NAME`` runs the rows whose name contains NAME; ``--sizes``, ``--calls`` as in
-``bench/scale.py``.
+``bench/scale.py``. ``--served N`` starts every endpoint's success count at N before the
+timed loop, as in a pool that has served a while (the bench's pools are fresh, so at
+100,000 endpoints their counts stay near zero; a count's size matters to the interpreted
+build, where an int above 256 is an object of its own).
 
 The collection is switched on and off around the loop by a callgrind client request, from
 a two-line C helper built into a temporary directory at start-up (valgrind's
@@ -46,7 +49,7 @@ void toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
 CACHES = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=4194304,16,64"]
 
 
-def child(helper: str, name: str, size: int, calls: int) -> None:
+def child(helper: str, name: str, size: int, calls: int, served: int = 0) -> None:
     """Build the balancer, warm it, then run ``calls`` acquires with collection switched on."""
     import ctypes
 
@@ -63,6 +66,9 @@ def child(helper: str, name: str, size: int, calls: int) -> None:
         async with lb:
             body = acquire_loop(lb, keyed=keyed)
             await body(20_000)  # warm the caches and any lazily built structure
+            if served:
+                for state in lb._pool.members.values():  # the bench's one look inside: no public setter
+                    state.successes = served
             gc.collect()
             gc.freeze()  # no collection of the setup's objects inside the loop
             toggle()
@@ -83,11 +89,21 @@ def build_helper(directory: str) -> str:
     return library
 
 
-def measure(helper: str, name: str, size: int, calls: int, directory: str) -> tuple[float, float]:
+def measure(helper: str, name: str, size: int, calls: int, directory: str, *, served: int = 0) -> tuple[float, float]:
     """(instructions, last-level data misses) per call, from one callgrind run."""
     out = Path(directory, f"callgrind.{name}.{size}.out".replace(" ", "_").replace(",", ""))
     command = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--cache-sim=yes", *CACHES]
-    command += [f"--callgrind-out-file={out}", sys.executable, __file__, "--child", helper, name, str(size), str(calls)]
+    command += [
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        __file__,
+        "--child",
+        helper,
+        name,
+        str(size),
+        str(calls),
+        str(served),
+    ]
     if shutil.which("setarch"):
         command = ["setarch", "-R", *command]  # a fixed address layout: the same misses every run
     env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -111,13 +127,21 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,100000")
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--only", default=None)
+    parser.add_argument("--served", type=int, default=0)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     names = [name for name, *_ in ROWS if args.only is None or args.only.lower() in name.lower()]
     with tempfile.TemporaryDirectory() as directory, concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
         helper = build_helper(directory)
-        runs = {(n, s): pool.submit(measure, helper, n, s, args.calls, directory) for n in names for s in sizes}
-        print(f"per call, {args.calls:,} calls under callgrind (last level 4 MiB): instructions, last-level misses")
+        runs = {
+            (n, s): pool.submit(measure, helper, n, s, args.calls, directory, served=args.served)
+            for n in names
+            for s in sizes
+        }
+        served = f", success counts from {args.served:,}" if args.served else ""
+        print(
+            f"per call, {args.calls:,} calls under callgrind (last level 4 MiB{served}): instructions, last-level misses"
+        )
         print(f"{'policy':<38}" + "".join(f"{f'@{s:,}':>20}" for s in sizes))
         for name in names:
             cells = [runs[name, size].result() for size in sizes]
@@ -126,6 +150,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
     else:
         main()

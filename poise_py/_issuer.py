@@ -10,9 +10,9 @@ core: a call then runs natively from ``acquire`` through the pick to the permit'
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Hashable
-from threading import get_ident
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ._calls import CallObserver, ObservedPermit
 from ._core._native import mypyc_attr
@@ -27,8 +27,13 @@ if TYPE_CHECKING:
     from ._membership import Membership
     from ._telemetry import Telemetry
 
-NO_EXCLUDE: Collection[str] = ()
+NO_EXCLUDE: Final[Collection[str]] = ()
 """``acquire``'s default ``exclude``: recognised by identity, so the common call checks nothing."""
+
+get_ident: Final = threading.get_ident
+"""``threading.get_ident``. The constants ``acquire`` reads are ``Final``: the compiled build
+reads a ``Final`` module name as a C static, any other module global by a dict lookup per
+call (with the tally's constants, about 300 instructions, 6-7% of a compiled call)."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -36,7 +36,7 @@ from ._ejection import EjectionGuard, rate_quorum, rotation_answers
 from ._listener import NullListener, PoolListener
 from ._outlier import OutlierSampler
 from ._pickers import Instant, PickFn
-from ._record import FAULT_INDEX, SATURATED, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
+from ._record import FAULT_INDEX, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
 from ._routing import TRAFFIC_UNITS, Panic, Router, Routing, Scope, decision, pick_in
 from ._selection import Policy
 
@@ -311,8 +311,11 @@ class Pool:
                     self._add_load(state, -1)
         elif not n:
             self.listener.idle(state)  # off the hot path: only endpoints that take no permits
-        n = state.successes
-        state.successes = n + 1 if n < SATURATED else n
+        n = state.successes_low
+        if n < 255:
+            state.successes_low = n + 1
+        else:
+            state.carry_success()  # one success in 256: carried into the high part
         # The hot path of every call: a CLOSED circuit records it in place.
         if not (state.live and state.record_success(ticket, now, started)):
             self._record(state, ticket, None, now, latency=now - started, retry_after=None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .._decision import DecisionMode
 from .._endpoint import AdminStatus, Endpoint
@@ -26,8 +26,11 @@ if TYPE_CHECKING:
 UNMEASURED = -math.inf
 """``EndpointState.ewma_at`` of an endpoint whose latency was never observed."""
 
-SATURATED = 2**64 - 1
+SATURATED: Final = 2**64 - 1
 """Observation counters stop here instead of wrapping: lost precision, never a wrap."""
+
+CARRY_LIMIT: Final = SATURATED - 255
+"""The highest ``CallCounters.successes_high``: with a full low byte it makes :data:`SATURATED`."""
 
 FAULT_INDEX: dict[Fault, int] = {f: i for i, f in enumerate(Fault)}
 
@@ -116,7 +119,12 @@ class CallCounters(Tally):
     inflight: int
     pos: int
     """Position among its home scope's candidates (``candidates[pos] is self``), or -1."""
-    successes: int
+    successes_low: int
+    """The low byte of :attr:`successes` (0-255): the part a success writes. An int above 256
+    is an object of its own in the interpreted build (a success past it allocated one, and
+    fetched the line it sat on) and a boxed constant to compare with in the compiled one, so
+    the count a call touches stays a cached small int; the rest is carried in steps of 256
+    into ``successes_high``, a cold field, every 256th success."""
     live: bool
     listed: bool
     """``pos >= 0``, kept by the scope beside ``pos``: the pool tests this instead of ``pos``
@@ -126,16 +134,41 @@ class CallCounters(Tally):
     loads: list[int]
     """``home.loads``: where the hot path stores ``inflight`` at ``pos``."""
 
-    __slots__ = ("inflight", "listed", "live", "loads", "pos", "successes")
+    successes_high: int
+    """:attr:`successes` less its low byte: a multiple of 256, at most ``CARRY_LIMIT``."""
+
+    __slots__ = ("inflight", "listed", "live", "loads", "pos", "successes_high", "successes_low")
 
     def __init__(self) -> None:
         super().__init__()
         self.inflight = 0
         self.pos = -1
-        self.successes = 0
+        self.successes_low = 0
         self.live = True
         self.listed = False
         self.loads = []
+        self.successes_high = 0
+
+    @property
+    def successes(self) -> int:
+        """Calls reported successful, saturating at ``2**64 - 1`` (the two parts' sum)."""
+        return self.successes_high + self.successes_low
+
+    @successes.setter
+    def successes(self, value: int) -> None:
+        value = min(max(value, 0), SATURATED)
+        self.successes_low = value & 255
+        self.successes_high = value - (value & 255)
+
+    def carry_success(self) -> None:
+        """Count the success that fills the low byte: 256 more in the high part, unless saturated.
+
+        The pool's exit calls this when ``successes_low`` is 255 (one call in 256); at
+        ``2**64 - 1`` the count stays where it is.
+        """
+        if self.successes_high < CARRY_LIMIT:
+            self.successes_high += 256
+            self.successes_low = 0
 
 
 class EndpointState(CallCounters):

@@ -16,16 +16,16 @@ fleet's state machine tests) makes a plain tally.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ._window import Window
 
 if TYPE_CHECKING:
     from ._circuit import Ticket
 
-RUN = 1 << 32
+RUN: Final = 1 << 32
 """One TRANSIENT fault in :attr:`Tally.runs` (the TRANSIENT run is its high part)."""
-LOW = RUN - 1
+LOW: Final = RUN - 1
 """The SUSPECT run's mask; each run saturates at this many."""
 
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 import poise_py as poise
 from poise_py import CircuitState, Fault
 from poise_py._core._circuit import Circuit, Ticket
 from poise_py._core._pool import Pool
+from poise_py._core._record import SATURATED
 from poise_py._core._tally import Tally
 
 NOW = 100.0
@@ -96,3 +100,44 @@ def test_a_bare_circuit_keeps_its_own_tally() -> None:
     assert c.tally is not other.tally
     c.record(closed_ticket(c), Fault.SUSPECT, NOW)
     assert (c.consecutive_failures, other.consecutive_failures) == (1, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start=st.one_of(st.integers(0, 2_000), st.integers(SATURATED - 2_000, SATURATED), st.integers(0, SATURATED)),
+    outcomes=st.lists(st.booleans(), min_size=257, max_size=600),  # at least one carry, whatever the start
+)
+@example(start=0, outcomes=[True] * 1_000)
+@example(start=SATURATED - 300, outcomes=[True, False] * 200)
+def test_a_success_count_carries_past_every_256_and_saturates_at_two_to_the_64_minus_one(
+    start: int, outcomes: list[bool]
+) -> None:
+    # A call writes only the count's low byte (a small int in both builds); every 256th
+    # success carries into the high part (docs/performance.md, per-call overhead). Seen from outside,
+    # it is one counter: exact below 2**64 - 1, and there it stays.
+    pool = Pool(poise.CircuitPolicy(), poise.RoundRobin(), random.Random(1))
+    pool.apply(NOW, added=[poise.Endpoint("a")])
+    state = pool.members["a"]
+    state.successes = start
+    assert state.successes == start
+    expected = start
+    for fast in outcomes:  # the CLOSED exit's fast path, or the long way (Pool.complete)
+        got, ticket, started, _ = pool.select(NOW)
+        if fast:
+            pool.succeed(got, ticket, NOW, started)
+        else:
+            pool.complete(got, ticket, None, NOW)
+        expected = min(expected + 1, SATURATED)
+        assert state.successes == expected
+        assert 0 <= state.successes_low < 256
+    assert state.inflight == 0
+
+
+def test_setting_a_success_count_clamps_it_to_the_counters_range() -> None:
+    pool = Pool(poise.CircuitPolicy(), poise.RoundRobin(), random.Random(1))
+    pool.apply(NOW, added=[poise.Endpoint("a")])
+    state = pool.members["a"]
+    state.successes = 2**70
+    assert state.successes == SATURATED
+    state.successes = -5
+    assert state.successes == 0
