@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,8 +70,14 @@ async def test_a_balancer_follows_an_edited_then_corrupted_then_fixed_file(tmp_p
 
 
 async def until(predicate: Callable[[], bool]) -> None:
-    """Let virtual time pass until ``predicate()`` holds (file reads run in a thread, off the clock)."""
-    for _ in range(10_000):
+    """Let virtual time pass until ``predicate()`` holds (file reads run in a thread, off the clock).
+
+    Bounded by real time, not by a count of virtual sleeps: the loop holds the GIL while it
+    spins, and a worker thread's read may need more real time than 10,000 autojumped sleeps
+    take (it did, now and then, under the compiled build, which spins faster).
+    """
+    give_up = time.monotonic() + 60.0
+    while time.monotonic() < give_up:
         if predicate():
             return
         await anyio.sleep(0.5)
