@@ -315,7 +315,7 @@ class Pool:
         if n < 255:
             state.successes_low = n + 1
         else:
-            state.carry_success()  # one success in 256: carried into the high part
+            state.carry_success()  # one success in 256 (this inlines state.count_success())
         # The hot path of every call: a CLOSED circuit records it in place.
         if not (state.live and state.record_success(ticket, now, started)):
             self._record(state, ticket, None, now, latency=now - started, retry_after=None)
@@ -335,7 +335,7 @@ class Pool:
         """Record a finished call. A returned error is completed work, like a success."""
         self._release(state)
         if fault is None:
-            state.successes = sat_add(state.successes)
+            state.count_success()
         else:
             i = FAULT_INDEX[fault]
             state.faults[i] = sat_add(state.faults[i])
