@@ -25,7 +25,7 @@ import trio.testing
 from tests.support.clocks import FakeClock
 from tests.support.virtual_asyncio import VirtualTimeLoop
 
-pytest_plugins = ["tests.support.coordination"]
+pytest_plugins = ["tests.support.coordination", "tests.support.grpc_loops"]
 
 BACKENDS = ("trio", "asyncio")
 

@@ -137,6 +137,7 @@ phases = [{ start = 0, timeout = true }]
 
 
 @pytest.mark.backends("asyncio")
+@pytest.mark.usefixtures("stale_grpc_events_dropped")  # grpc.aio's events for closed loops
 async def test_grpc_schedule_ejects_the_same_endpoints_simulated_and_real() -> None:
     # grpc.aio runs on asyncio only, so this test has no Trio run.
     client = 'protocol = "grpc"\nmarker = ["wool-fault", "worker-internal"]'
