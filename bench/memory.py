@@ -116,4 +116,8 @@ if __name__ == "__main__":
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--calls", type=int, default=1_000_000)
     args = parser.parse_args()
+    if args.calls < 20_000:
+        parser.error(f"--calls: at least 20,000 (two checkpoints of 10,000 calls to compare), got {args.calls:,}")
+    if args.size < 100:
+        parser.error(f"--size: at least 100 (each Delta replaces 1% of the pool), got {args.size:,}")
     trio.run(main, args.size, args.calls)
