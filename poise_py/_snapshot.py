@@ -10,8 +10,9 @@ import attrs
 from ._core._circuit import CircuitState
 from ._core._health_schedule import HealthSnapshot
 from ._core._pool import Pool
-from ._core._record import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
+from ._core._record import FAULT_INDEX, MODE_INDEX, EndpointState
 from ._core._routing import TRAFFIC_UNITS
+from ._core._tally import SATURATED
 from ._decision import DecisionMode
 from ._endpoint import AdminStatus, Endpoint
 from ._errors import IneligibleReason

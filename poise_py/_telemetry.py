@@ -38,7 +38,8 @@ from ._core._alert import NoEligibleAlert
 from ._core._circuit import CircuitState, Transition
 from ._core._health_schedule import HealthStatus
 from ._core._pool import Pool
-from ._core._record import FAULT_INDEX, MODE_INDEX, SATURATED, EndpointState
+from ._core._record import FAULT_INDEX, MODE_INDEX, EndpointState
+from ._core._tally import SATURATED
 from ._decision import DecisionMode
 from ._errors import ConfigError, SelectionError
 from ._events import (

@@ -279,10 +279,12 @@ class Circuit:
         # With no rate condition and a count window only the volume matters (for the
         # minimum-volume gate): count it in the tally instead of in a ring buffer.
         window = policy.window
-        tally.window = None if (isinstance(window, CountWindow) and not policy.tracks_rates) else window.build()
+        self._slow_base = policy.slow_call_duration
+        tally.set_rules(
+            self._slow_base, None if (isinstance(window, CountWindow) and not policy.tracks_rates) else window.build()
+        )
         tally.volume = 0
         tally.volume_cap = window.size if isinstance(window, CountWindow) else 0
-        tally.slow_limit = self._slow_base = policy.slow_call_duration
         tally.runs = 0
         self._timed = isinstance(window, TimeWindow)
         """Whether every success needs the time: a time window, or a pool that times every call."""
@@ -639,7 +641,8 @@ class Circuit:
         """
         self.degraded = cause is not None
         self.degraded_cause = cause
-        self.tally.slow_limit = -math.inf if cause is not None else self._slow_base
+        tally = self.tally
+        tally.set_rules(-math.inf if cause is not None else self._slow_base, tally.window)
         self._reclock()
 
     def trip(self, cause: Cause, now: float, *, may_eject: bool) -> Transition | None:

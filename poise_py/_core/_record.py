@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from .._decision import DecisionMode
 from .._endpoint import AdminStatus, Endpoint
 from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints
 from .._faults import Fault
 from ._circuit import Circuit
-from ._tally import Tally
+from ._tally import SATURATED, Tally
 
 if TYPE_CHECKING:
     from ._circuit_policy import CircuitPolicy
@@ -25,12 +25,6 @@ if TYPE_CHECKING:
 
 UNMEASURED = -math.inf
 """``EndpointState.ewma_at`` of an endpoint whose latency was never observed."""
-
-SATURATED: Final = 2**64 - 1
-"""Observation counters stop here instead of wrapping: lost precision, never a wrap."""
-
-CARRY_LIMIT: Final = SATURATED - 255
-"""The highest ``CallCounters.successes_high``: with a full low byte it makes :data:`SATURATED`."""
 
 FAULT_INDEX: dict[Fault, int] = {f: i for i, f in enumerate(Fault)}
 
@@ -105,91 +99,12 @@ def count_selection(state: EndpointState, mode: DecisionMode) -> None:
         state.mode_selections[i] = sat_add(state.mode_selections[i])
 
 
-class CallCounters(Tally):
-    """The record's fields a call reads and writes beside its circuit's tally: laid out right after it.
-
-    Its own class so that both builds put these fields next to the tally's, at the start of
-    the record: the compiled build lays a class's fields out in declaration order, but the
-    interpreted one lays each class's ``__slots__`` out in *alphabetical* order (CPython
-    sorts them), base class first. In one class with the record's other fields they sat
-    among them, 90-240 bytes in, and a random pick over a big pool fetched four or five of
-    the record's lines instead of two (``docs/performance.md``, scaling).
-    """
-
-    inflight: int
-    pos: int
-    """Position among its home scope's candidates (``candidates[pos] is self``), or -1."""
-    successes_low: int
-    """The low byte of :attr:`successes` (0-255): the part a success writes. An int above 256
-    is an object of its own in the interpreted build (a success past it allocated one, and
-    fetched the line it sat on) and a boxed constant to compare with in the compiled one, so
-    the count a call touches stays a cached small int; the rest is carried in steps of 256
-    into ``successes_high``, a cold field, every 256th success."""
-    live: bool
-    listed: bool
-    """``pos >= 0``, kept by the scope beside ``pos``: the pool tests this instead of ``pos``
-    (on the exit, interpreted, an int above 256 is an object of its own, one more line to
-    fetch). Declared
-    beside ``live`` so that the compiled build packs the two flags into one word."""
-    loads: list[int]
-    """``home.loads``: where the hot path stores ``inflight`` at ``pos``."""
-
-    successes_high: int
-    """:attr:`successes` less its low byte: a multiple of 256, at most ``CARRY_LIMIT``."""
-
-    __slots__ = ("inflight", "listed", "live", "loads", "pos", "successes_high", "successes_low")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inflight = 0
-        self.pos = -1
-        self.successes_low = 0
-        self.live = True
-        self.listed = False
-        self.loads = []
-        self.successes_high = 0
-
-    @property
-    def successes(self) -> int:
-        """Calls reported successful, saturating at ``2**64 - 1`` (the two parts' sum)."""
-        return self.successes_high + self.successes_low
-
-    @successes.setter
-    def successes(self, value: int) -> None:
-        value = min(max(value, 0), SATURATED)
-        self.successes_low = value & 255
-        self.successes_high = value - (value & 255)
-
-    def count_success(self) -> None:
-        """One more success, saturating at ``2**64 - 1``: the low byte, carried one call in 256.
-
-        The long way's count (``Pool.complete``); ``Pool.succeed`` inlines it for the hot
-        path (the method call would cost an interpreted call about a hundred instructions):
-        keep the two in step.
-        """
-        n = self.successes_low
-        if n < 255:
-            self.successes_low = n + 1
-        else:
-            self.carry_success()
-
-    def carry_success(self) -> None:
-        """Count the success that fills the low byte: 256 more in the high part, unless saturated.
-
-        The pool's exit calls this when ``successes_low`` is 255 (one call in 256); at
-        ``2**64 - 1`` the count stays where it is.
-        """
-        if self.successes_high < CARRY_LIMIT:
-            self.successes_high += 256
-            self.successes_low = 0
-
-
-class EndpointState(CallCounters):
+class EndpointState(Tally):
     """Everything the pool knows about one live endpoint: its circuit, and the pool's bookkeeping.
 
     The record *is* its circuit's :class:`~poise_py._core._tally.Tally` (a subclass): a
     call reads and writes the circuit's counts, the fast path's gate and the pool's
-    counters (:class:`CallCounters`) in one allocation, in its first cache lines, and never
+    counters (all declared on the tally) in one allocation, in its first cache lines, and never
     touches the circuit (:attr:`circuit`, a separate object that holds the state machine
     and is reached only when something moves; ``docs/performance.md``, scaling).
 
@@ -198,7 +113,7 @@ class EndpointState(CallCounters):
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
-    # The hot path's fields are the tally's and CallCounters' (first in the object, in both builds).
+    # The hot path's fields are the tally's (first in the object, in both builds).
     circuit: Circuit
     endpoint: Endpoint
     admin: AdminStatus

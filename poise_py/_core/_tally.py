@@ -1,17 +1,22 @@
-"""What a circuit counts, and its CLOSED-success fast path (pure core).
+"""What a call counts: its circuit's counts and gate, and the pool's per-call counters (pure core).
 
-A :class:`Tally` holds a circuit's outcome counts: the two runs of faults (SUSPECT and
-FATAL strikes, TRANSIENT faults) and the volume, or the outcome window when one is kept.
-Beside them it holds the three fields the fast path reads before counting anything:
-``admit`` (the ticket of the CLOSED epoch, None otherwise), ``clocked`` (whether a
-success needs the time) and ``slow_limit``. The circuit (``_circuit.py``) owns the state
-machine and writes those three at every move; the tally only counts.
+A :class:`Tally` holds a circuit's outcome counts (the two runs of faults, SUSPECT and
+FATAL strikes and TRANSIENT faults, and the volume, or the outcome window when one is
+kept) and the fields the fast path reads before counting anything: ``admit`` (the ticket
+of the CLOSED epoch, None otherwise), ``clocked`` (whether a success needs the time),
+``counts_only`` and ``slow_limit``. The circuit (``_circuit.py``) owns the state machine
+and writes those at every move; the tally only counts. Beside them it holds the counters
+the pool keeps for every call (in flight, successes, whether the endpoint is live and
+listed, its load slot).
 
 It is its own object so that the pool's endpoint record can *be* its circuit's tally (a
 subclass, ``_record.py``): a call then touches the record alone, its tally first, and
 never the circuit, whose state machine stays in a separate, cold object
-(``docs/performance.md``, scaling). A circuit built on its own (the circuit's tests, the
-fleet's state machine tests) makes a plain tally.
+(``docs/performance.md``, scaling). The pool's counters are declared here, not in the
+record, because a subclass's fields come after all of its base's: here they sit among the
+circuit's hot fields, before the cold ones, and a CLOSED call's fields span the object's
+first 80 bytes. A circuit built on its own (the circuit's tests, the fleet's state machine
+tests) makes a plain tally, whose pool counters stay unused.
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ from ._window import Window
 if TYPE_CHECKING:
     from ._circuit import Ticket
 
+SATURATED: Final = 2**64 - 1
+"""Observation counters stop here instead of wrapping: lost precision, never a wrap."""
+
+CARRY_LIMIT: Final = SATURATED - 255
+"""The highest ``Tally.successes_high``: with a full low byte it makes :data:`SATURATED`."""
+
 RUN: Final = 1 << 32
 """One TRANSIENT fault in :attr:`Tally.runs` (the TRANSIENT run is its high part)."""
 LOW: Final = RUN - 1
@@ -30,42 +41,134 @@ LOW: Final = RUN - 1
 
 
 class Tally:
-    """One circuit's counts and fast-path gate (see the module docstring).
+    """One circuit's counts and fast-path gate, and the pool's per-call counters (see the module docstring).
 
     Attributes:
         admit: the ticket every call gets while the circuit is CLOSED, else None. The
             pool's hot path reads only this to admit a call.
-        clocked: whether recording a success needs a real ``now`` (see :meth:`record_success`).
         runs: both runs in one int (SUSPECT in the low 32 bits, TRANSIENT above), so a
             success ends both with one store.
         volume: outcomes counted while no window is kept (for the minimum-volume gate),
             up to ``volume_cap``.
+        volume_cap: the count window's size (what ``volume`` stops at).
+        inflight: the pool's permits in flight on this endpoint.
+        successes_low: the low byte of :attr:`successes` (0-255): the part a success
+            writes. An int above 256 is an object of its own in the interpreted build (a
+            success past it allocated one, and fetched the line it sat on) and a boxed
+            constant to compare with in the compiled one, so the count a call touches
+            stays a cached small int; the rest is carried in steps of 256 into
+            ``successes_high``, a cold field, every 256th success.
+        clocked: whether recording a success needs a real ``now`` (see :meth:`record_success`).
+        counts_only: no slow limit and no window (``slow_limit`` and ``window`` both None):
+            a CLOSED success changes the runs and the volume only, and the fast path reads
+            neither. :meth:`set_rules` keeps it.
+        live: whether the endpoint is still in the pool (a record that left never returns).
+        listed: ``pos >= 0``, kept by the scope beside ``pos``: the pool tests this instead
+            of ``pos`` (on the exit, interpreted, an int above 256 is an object of its own,
+            one more line to fetch).
+        pos: position among its home scope's candidates (``candidates[pos] is self``), or -1.
+        loads: ``home.loads``: where the hot path stores ``inflight`` at ``pos``.
         slow_limit: successes at least this long take the long way (None: no limit).
         window: the outcome window, or None when only the volume matters.
-        volume_cap: the count window's size (what ``volume`` stops at).
+        successes_high: :attr:`successes` less its low byte: a multiple of 256, at most
+            :data:`CARRY_LIMIT`.
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
     # The compiled build lays fields out in this order, first in the object (a subclass's come
-    # after), so a call's fast path reads the object's first lines only.
+    # after): what a CLOSED call reads and writes, then what only some pools read (the load
+    # slot), then what only a configured circuit reads, then the cold part of the count. The
+    # four flags are declared together so that they share one word.
     admit: Ticket | None
-    clocked: bool
     runs: int
     volume: int
+    volume_cap: int
+    inflight: int
+    successes_low: int
+    clocked: bool
+    counts_only: bool
+    live: bool
+    listed: bool
+    pos: int
+    loads: list[int]
     slow_limit: float | None
     window: Window | None
-    volume_cap: int
+    successes_high: int
 
-    __slots__ = ("admit", "clocked", "runs", "slow_limit", "volume", "volume_cap", "window")
+    __slots__ = (
+        "admit",
+        "clocked",
+        "counts_only",
+        "inflight",
+        "listed",
+        "live",
+        "loads",
+        "pos",
+        "runs",
+        "slow_limit",
+        "successes_high",
+        "successes_low",
+        "volume",
+        "volume_cap",
+        "window",
+    )
 
     def __init__(self) -> None:
         self.admit = None
-        self.clocked = False
         self.runs = 0
         self.volume = 0
+        self.volume_cap = 0
+        self.inflight = 0
+        self.successes_low = 0
+        self.clocked = False
+        self.counts_only = True
+        self.live = True
+        self.listed = False
+        self.pos = -1
+        self.loads = []
         self.slow_limit = None
         self.window = None
-        self.volume_cap = 0
+        self.successes_high = 0
+
+    def set_rules(self, slow_limit: float | None, window: Window | None) -> None:
+        """Set what a success is checked against and counted in, and :attr:`counts_only` with them."""
+        self.slow_limit = slow_limit
+        self.window = window
+        self.counts_only = slow_limit is None and window is None
+
+    @property
+    def successes(self) -> int:
+        """Calls reported successful, saturating at ``2**64 - 1`` (the two parts' sum)."""
+        return self.successes_high + self.successes_low
+
+    @successes.setter
+    def successes(self, value: int) -> None:
+        value = min(max(value, 0), SATURATED)
+        self.successes_low = value & 255
+        self.successes_high = value - (value & 255)
+
+    def count_success(self) -> None:
+        """One more success, saturating at ``2**64 - 1``: the low byte, carried one call in 256.
+
+        The long way's count (``Pool.complete``); ``Pool.succeed`` inlines it for the hot
+        path (the method call would cost an interpreted call about a hundred instructions):
+        keep the two in step.
+        """
+        n = self.successes_low
+        if n < 255:
+            self.successes_low = n + 1
+        else:
+            self.carry_success()
+
+    def carry_success(self) -> None:
+        """Count the success that fills the low byte: 256 more in the high part, unless saturated.
+
+        The pool's exit calls this when ``successes_low`` is 255 (one call in 256); at
+        ``2**64 - 1`` the count stays where it is.
+        """
+        if self.successes_high < CARRY_LIMIT:
+            self.successes_high += 256
+            self.successes_low = 0
 
     @property
     def consecutive_failures(self) -> int:
@@ -88,6 +191,11 @@ class Tally:
         """
         if ticket is not self.admit:
             return False
+        if self.counts_only:  # no slow limit, no window: the fields past the first 80 bytes stay unread
+            self.runs = 0
+            if self.volume < self.volume_cap:
+                self.volume += 1
+            return True
         slow_limit = self.slow_limit
         if slow_limit is not None and now - started >= slow_limit:
             return False  # slow (or every success timed): the long way, which may trip

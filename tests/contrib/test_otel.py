@@ -25,7 +25,8 @@ from opentelemetry.sdk.metrics.export import (
 from prometheus_client import CollectorRegistry, start_http_server
 
 import poise_py as poise
-from poise_py._core._record import SATURATED, count_selection
+from poise_py._core._record import count_selection
+from poise_py._core._tally import SATURATED
 from poise_py.contrib import otel
 from poise_py.contrib.otel import (
     CIRCUIT_STATE,

@@ -11,8 +11,7 @@ import poise_py as poise
 from poise_py import CircuitState, Fault
 from poise_py._core._circuit import Circuit, Ticket
 from poise_py._core._pool import Pool
-from poise_py._core._record import SATURATED
-from poise_py._core._tally import Tally
+from poise_py._core._tally import SATURATED, Tally
 
 NOW = 100.0
 
@@ -59,6 +58,20 @@ def test_a_slow_success_is_left_to_record_and_a_fast_one_is_counted() -> None:
     assert c.record_success(closed_ticket(c), NOW, NOW - 0.5)
     assert not c.record_success(closed_ticket(c), NOW, NOW - 2.0)
     assert c.window_counts(NOW) == (1, 0, 0)
+
+
+def test_a_degraded_circuit_sends_every_success_the_long_way_until_it_recovers() -> None:
+    c = make(consecutive_failures=1, minimum_volume=1)
+    assert c.tally.counts_only  # no slow limit, no window: a success counts the volume only
+    c.record(closed_ticket(c), Fault.SUSPECT, NOW, may_eject=False)  # a refused trip degrades
+    assert c.degraded
+    assert c.state is CircuitState.CLOSED
+    assert not c.tally.counts_only
+    assert not c.record_success(closed_ticket(c), NOW, NOW - 0.01)  # the long way, which can end it
+    c.record(closed_ticket(c), None, NOW, latency=0.01)
+    assert not c.degraded
+    assert c.tally.counts_only
+    assert c.record_success(closed_ticket(c), NOW, NOW - 0.01)
 
 
 def test_a_time_window_needs_the_time_for_every_success() -> None:

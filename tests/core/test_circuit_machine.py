@@ -85,6 +85,22 @@ class CircuitMachine(RuleBasedStateMachine):
         else:
             c.record(ticket, fault, self.now, latency=latency, may_eject=may_eject)
 
+    @rule(data=st.data(), latency=st.floats(0.0, 3.0))
+    @precondition(lambda self: self.circuit is not None and self.outstanding)
+    def succeed_fast(self, data: st.DataObject, latency: float) -> None:
+        # The pool's exit: the CLOSED fast path, else the long way (as Pool.succeed does).
+        c = self.circuit
+        assert c is not None
+        ticket = self.outstanding.pop(data.draw(st.integers(0, len(self.outstanding) - 1)))
+        before = self._snapshot()
+        if c.record_success(ticket, self.now, self.now - latency):
+            assert c.state is CircuitState.CLOSED
+            assert ticket is c.admit
+            assert (c.state, c.epoch, c.reopen_at, c.consecutive_failures) == (*before[:3], 0)
+        else:
+            assert self._snapshot() == before, "a refused fast path changed the circuit"
+            c.record(ticket, None, self.now, latency=latency)
+
     @rule(data=st.data())
     @precondition(lambda self: self.circuit is not None and self.outstanding)
     def cancel(self, data: st.DataObject) -> None:
@@ -126,6 +142,13 @@ class CircuitMachine(RuleBasedStateMachine):
                 assert (c.admit.epoch, c.admit.probe) == (c.epoch, False)
             else:
                 assert c.admit is None
+
+    @invariant()
+    def the_fast_path_skips_the_rules_exactly_when_there_are_none(self) -> None:
+        c = self.circuit
+        if c is not None:
+            tally = c.tally
+            assert tally.counts_only is (tally.slow_limit is None and tally.window is None)
 
     @invariant()
     def epoch_only_grows(self) -> None:

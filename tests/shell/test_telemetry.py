@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import poise_py as poise
 from poise_py import CircuitState, DecisionMode, Fault
-from poise_py._core._record import SATURATED, count_selection
+from poise_py._core._record import count_selection
+from poise_py._core._tally import SATURATED
 from poise_py._logs import LimitedLog, LogLimit, RateLimiter
 from tests.support.clocks import TRIP_AT_ONCE, FakeClock, endpoints, static_lb
 from tests.support.events import drain
