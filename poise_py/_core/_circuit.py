@@ -272,8 +272,8 @@ class Circuit:
         self, policy: CircuitPolicy, unit: Callable[[], float], now: float, tally: Tally | None = None
     ) -> None:
         self.tally = tally = Tally() if tally is None else tally
-        """The counts, and the fast path's gate (``admit``, ``clocked``, ``slow_limit``), which
-        every move sets."""
+        """The counts, and the fast path's gate (``admit``, ``clocked``, ``counts_only``,
+        ``slow_limit``), which every move sets."""
         self.policy = policy
         self._unit = unit
         # With no rate condition and a count window only the volume matters (for the

@@ -191,21 +191,18 @@ class Tally:
         """
         if ticket is not self.admit:
             return False
-        if self.counts_only:  # no slow limit, no window: the fields past the first 80 bytes stay unread
-            self.runs = 0
-            if self.volume < self.volume_cap:
-                self.volume += 1
-            return True
-        slow_limit = self.slow_limit
-        if slow_limit is not None and now - started >= slow_limit:
-            return False  # slow (or every success timed): the long way, which may trip
+        if not self.counts_only:  # else no slow limit, no window: the fields past the first 80 bytes stay unread
+            slow_limit = self.slow_limit
+            if slow_limit is not None and now - started >= slow_limit:
+                return False  # slow (or every success timed): the long way, which may trip
+            window = self.window
+            if window is not None:
+                self.runs = 0  # a success in time: no trip can follow
+                window.add(0, now)
+                return True
         self.runs = 0  # a success in time: no trip can follow
-        window = self.window
-        if window is None:
-            if self.volume < self.volume_cap:
-                self.volume += 1
-        else:
-            window.add(0, now)
+        if self.volume < self.volume_cap:
+            self.volume += 1
         return True
 
     def add(self, flags: int, now: float) -> None:
