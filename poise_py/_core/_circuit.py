@@ -283,8 +283,7 @@ class Circuit:
         tally.set_rules(
             self._slow_base, None if (isinstance(window, CountWindow) and not policy.tracks_rates) else window.build()
         )
-        tally.volume = 0
-        tally.volume_cap = window.size if isinstance(window, CountWindow) else 0
+        tally.set_volume_cap(window.size if isinstance(window, CountWindow) else 0)
         tally.runs = 0
         self._timed = isinstance(window, TimeWindow)
         """Whether every success needs the time: a time window, or a pool that times every call."""

@@ -14,8 +14,8 @@ subclass, ``_record.py``): a call then touches the record alone, its tally first
 never the circuit, whose state machine stays in a separate, cold object
 (``docs/performance.md``, scaling). The pool's counters are declared here, not in the
 record, because a subclass's fields come after all of its base's: here they sit among the
-circuit's hot fields, before the cold ones, and a CLOSED call's fields span the object's
-first 80 bytes. A circuit built on its own (the circuit's tests, the fleet's state machine
+circuit's hot fields, before the cold ones, and (compiled) a CLOSED call's fields lie in
+the object's first 64 bytes, one cache line. A circuit built on its own (the circuit's tests, the fleet's state machine
 tests) makes a plain tally, whose pool counters stay unused.
 """
 
@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Final
 from ._window import Window
 
 if TYPE_CHECKING:
+    from mypy_extensions import u8
+
     from ._circuit import Ticket
 
 SATURATED: Final = 2**64 - 1
@@ -48,15 +50,16 @@ class Tally:
             pool's hot path reads only this to admit a call.
         runs: both runs in one int (SUSPECT in the low 32 bits, TRANSIENT above), so a
             success ends both with one store.
-        volume: outcomes counted while no window is kept (for the minimum-volume gate),
-            up to ``volume_cap``.
-        volume_cap: the count window's size (what ``volume`` stops at).
+        room: how many more outcomes the volume counts while no window is kept:
+            ``volume_cap`` less :attr:`volume`. A success counts down to 0 and reads no
+            cap (one hot field instead of two; :meth:`set_volume_cap` and :meth:`clear`
+            fill it).
         inflight: the pool's permits in flight on this endpoint.
         successes_low: the low byte of :attr:`successes` (0-255): the part a success
             writes. An int above 256 is an object of its own in the interpreted build (a
-            success past it allocated one, and fetched the line it sat on) and a boxed
-            constant to compare with in the compiled one, so the count a call touches
-            stays a cached small int; the rest is carried in steps of 256 into
+            success past it allocated one, and fetched the line it sat on); compiled, it is
+            one byte (``u8``) in the flags' word. So the count a call touches stays a
+            cached small int; the rest is carried in steps of 256 into
             ``successes_high``, a cold field, every 256th success.
         clocked: whether recording a success needs a real ``now`` (see :meth:`record_success`).
         counts_only: no slow limit and no window (``slow_limit`` and ``window`` both None):
@@ -70,6 +73,7 @@ class Tally:
         loads: ``home.loads``: where the hot path stores ``inflight`` at ``pos``.
         slow_limit: successes at least this long take the long way (None: no limit).
         window: the outcome window, or None when only the volume matters.
+        volume_cap: the count window's size (what :attr:`volume` stops at; 0 with a time window).
         successes_high: :attr:`successes` less its low byte: a multiple of 256, at most
             :data:`CARRY_LIMIT`.
     """
@@ -77,14 +81,14 @@ class Tally:
     # Declared types (for type checkers and the public type surface); values are set in __init__.
     # The compiled build lays fields out in this order, first in the object (a subclass's come
     # after): what a CLOSED call reads and writes, then what only some pools read (the load
-    # slot), then what only a configured circuit reads, then the cold part of the count. The
-    # four flags are declared together so that they share one word.
+    # slot), then what only a configured circuit reads, then the cold parts of the counts.
+    # The success count's low byte and the four flags are declared together so that they
+    # share one word: compiled, a CLOSED call's fields end before byte 64, one cache line.
     admit: Ticket | None
     runs: int
-    volume: int
-    volume_cap: int
+    room: int
     inflight: int
-    successes_low: int
+    successes_low: u8
     clocked: bool
     counts_only: bool
     live: bool
@@ -93,6 +97,7 @@ class Tally:
     loads: list[int]
     slow_limit: float | None
     window: Window | None
+    volume_cap: int
     successes_high: int
 
     __slots__ = (
@@ -104,11 +109,11 @@ class Tally:
         "live",
         "loads",
         "pos",
+        "room",
         "runs",
         "slow_limit",
         "successes_high",
         "successes_low",
-        "volume",
         "volume_cap",
         "window",
     )
@@ -116,8 +121,7 @@ class Tally:
     def __init__(self) -> None:
         self.admit = None
         self.runs = 0
-        self.volume = 0
-        self.volume_cap = 0
+        self.room = 0
         self.inflight = 0
         self.successes_low = 0
         self.clocked = False
@@ -128,6 +132,7 @@ class Tally:
         self.loads = []
         self.slow_limit = None
         self.window = None
+        self.volume_cap = 0
         self.successes_high = 0
 
     def set_rules(self, slow_limit: float | None, window: Window | None) -> None:
@@ -136,10 +141,20 @@ class Tally:
         self.window = window
         self.counts_only = slow_limit is None and window is None
 
+    def set_volume_cap(self, cap: int) -> None:
+        """Count the volume up to ``cap`` outcomes (the count window's size; 0 with a time window), from none."""
+        self.volume_cap = cap
+        self.room = cap
+
+    @property
+    def volume(self) -> int:
+        """Outcomes counted while no window is kept, up to :attr:`volume_cap` (``volume_cap - room``)."""
+        return self.volume_cap - self.room
+
     @property
     def successes(self) -> int:
         """Calls reported successful, saturating at ``2**64 - 1`` (the two parts' sum)."""
-        return self.successes_high + self.successes_low
+        return self.successes_high + int(self.successes_low)
 
     @successes.setter
     def successes(self, value: int) -> None:
@@ -191,7 +206,7 @@ class Tally:
         """
         if ticket is not self.admit:
             return False
-        if not self.counts_only:  # else no slow limit, no window: the fields past the first 80 bytes stay unread
+        if not self.counts_only:  # else no slow limit, no window: the fields past the first line stay unread
             slow_limit = self.slow_limit
             if slow_limit is not None and now - started >= slow_limit:
                 return False  # slow (or every success timed): the long way, which may trip
@@ -201,8 +216,9 @@ class Tally:
                 window.add(0, now)
                 return True
         self.runs = 0  # a success in time: no trip can follow
-        if self.volume < self.volume_cap:
-            self.volume += 1
+        room = self.room
+        if room:
+            self.room = room - 1
         return True
 
     def add(self, flags: int, now: float) -> None:
@@ -210,8 +226,9 @@ class Tally:
         # record_success inlines this for the CLOSED-success hot path: keep them in step.
         window = self.window
         if window is None:
-            if self.volume < self.volume_cap:
-                self.volume += 1
+            room = self.room
+            if room:
+                self.room = room - 1
         else:
             window.add(flags, now)
 
@@ -223,7 +240,7 @@ class Tally:
     def clear(self) -> None:
         """Forget every outcome and end both runs (a move to a new CLOSED epoch)."""
         self.runs = 0
-        self.volume = 0
+        self.room = self.volume_cap
         if self.window is not None:
             self.window.clear()
 

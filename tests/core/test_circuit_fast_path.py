@@ -154,3 +154,21 @@ def test_setting_a_success_count_clamps_it_to_the_counters_range() -> None:
     assert state.successes == SATURATED
     state.successes = -5
     assert state.successes == 0
+
+
+def test_the_volume_counts_up_to_the_count_windows_size_and_starts_again_in_a_new_epoch() -> None:
+    # The volume is kept as the room left under the window's size (one hot field: a success
+    # counts down and reads no cap); seen from the circuit it is still a count that stops at
+    # the size and starts from 0 in every CLOSED epoch.
+    c = make(consecutive_failures=1, minimum_volume=3, window=poise.CountWindow(4))
+    assert c.window_counts(NOW) == (0, 0, 0)
+    for n in range(1, 7):
+        assert c.record_success(closed_ticket(c), NOW, NOW)
+        assert c.window_counts(NOW) == (min(n, 4), 0, 0)
+    c.record(closed_ticket(c), Fault.SUSPECT, NOW)  # the volume is there: one SUSPECT trips
+    assert c.state is CircuitState.OPEN
+    c.reset(NOW)
+    assert c.window_counts(NOW) == (0, 0, 0)
+    c.record(closed_ticket(c), Fault.SUSPECT, NOW)  # the new epoch's volume is 1 of 3: no trip
+    assert c.state is CircuitState.CLOSED
+    assert c.window_counts(NOW) == (1, 0, 0)

@@ -151,6 +151,16 @@ class CircuitMachine(RuleBasedStateMachine):
             assert tally.counts_only is (tally.slow_limit is None and tally.window is None)
 
     @invariant()
+    def the_volume_counts_down_from_the_count_windows_size(self) -> None:
+        c = self.circuit
+        if c is not None:
+            tally = c.tally
+            window = c.policy.window
+            assert tally.volume_cap == (window.size if isinstance(window, poise.CountWindow) else 0)
+            assert 0 <= tally.room <= tally.volume_cap
+            assert tally.volume == tally.volume_cap - tally.room
+
+    @invariant()
     def epoch_only_grows(self) -> None:
         c = self.circuit
         if c is not None:

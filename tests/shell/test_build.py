@@ -8,9 +8,11 @@ neither run can quietly test the other build.
 from __future__ import annotations
 
 import os
+import random
 import sys
 
 import poise_py as poise
+from poise_py._core._pool import Pool
 
 HOT_PATH = (
     "poise_py._core._pool",
@@ -32,6 +34,20 @@ def test_the_build_is_the_one_expected() -> None:
         origin = sys.modules[name].__file__
         assert origin is not None
         assert origin.endswith(".py") is not expected, origin
+
+
+def test_the_compiled_record_fills_whole_cache_lines() -> None:
+    # docs/performance.md, scaling: the allocator places blocks of a size that is a multiple
+    # of 64 at the same offset in a cache line, so a record whose CLOSED call's fields lie in
+    # its first 64 bytes costs a random pick one line. Interpreted, the slots are laid out
+    # alphabetically and the record is larger; only the compiled layout is held to this.
+    pool = Pool(poise.CircuitPolicy(), poise.RoundRobin(), random.Random(1))
+    pool.apply(0.0, added=[poise.Endpoint("a")])
+    size = sys.getsizeof(pool.members["a"])
+    if poise.COMPILED:
+        assert size == 256
+    else:
+        assert size > 256
 
 
 def test_the_configuration_modules_stay_interpreted_in_either_build() -> None:
