@@ -15,8 +15,9 @@ never the circuit, whose state machine stays in a separate, cold object
 (``docs/performance.md``, scaling). The pool's counters are declared here, not in the
 record, because a subclass's fields come after all of its base's: here they sit among the
 circuit's hot fields, before the cold ones, and (compiled) a CLOSED call's fields lie in
-the object's first 64 bytes, one cache line. A circuit built on its own (the circuit's tests, the fleet's state machine
-tests) makes a plain tally, whose pool counters stay unused.
+the object's first 64 bytes, one cache line. A circuit built on its own (the circuit's
+tests, the fleet's state machine tests) makes a plain tally, whose pool counters stay
+unused.
 """
 
 from __future__ import annotations
