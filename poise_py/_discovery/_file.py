@@ -54,14 +54,28 @@ _KEYS = frozenset({"id", "address", "weight", "tier", "zone", "metadata"})
 MAX_DEPTH = 32
 """How deep lists and tables may nest inside one endpoint entry (its address, its metadata)."""
 
+MAX_DOCUMENT_DEPTH = 64
+"""How deep lists and tables may nest anywhere in a document.
+
+A parser stops at Python's recursion limit, and how much of it is left depends on how deep
+the stack that calls it already is: a document nested 900 deep parses from a shallow stack
+and not from a deep one. A document nested more than this is one error whichever way the
+parse went, and anything this deep or less parses from any caller, so the verdict on a
+document never depends on where it was read from.
+"""
+
 _repr = reprlib.Repr()
 _repr.maxlevel = 3
 _repr.maxstring = 60
 _repr.maxother = 60
 
 
-def _too_deep(value: object, limit: int) -> bool:
-    """Whether ``value`` nests lists/tables more than ``limit`` deep (iterative: no recursion)."""
+def _depth(value: object, cap: int) -> int:
+    """How many levels of lists and tables ``value`` nests (0 for a scalar), up to ``cap``.
+
+    Iterative, so no document is too deep to measure; it stops once ``cap`` is reached.
+    """
+    deepest = 0
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -71,13 +85,20 @@ def _too_deep(value: object, limit: int) -> bool:
             children = item
         else:
             continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
+        depth += 1
+        if depth > deepest:
+            deepest = depth
+            if deepest >= cap:
+                return cap
+        stack.extend((child, depth) for child in children)
+    return deepest
 
 
-def _entry(path: str, i: int, raw: object) -> Endpoint:
+def _too_deep_error(path: str) -> EndpointsFileError:
+    return EndpointsFileError(path, f"nests lists or tables more than {MAX_DOCUMENT_DEPTH} deep")
+
+
+def _entry(path: str, i: int, raw: object, depth: int) -> Endpoint:
     if isinstance(raw, str):
         raw = {"id": raw, "address": raw}
     if not isinstance(raw, Mapping):
@@ -87,7 +108,7 @@ def _entry(path: str, i: int, raw: object) -> Endpoint:
         raise EndpointsFileError(
             path, f"endpoint #{i} has unknown keys {_repr.repr(unknown)} (allowed: {sorted(_KEYS)})"
         )
-    if _too_deep(raw, MAX_DEPTH):
+    if depth > MAX_DEPTH:
         raise EndpointsFileError(path, f"endpoint #{i} nests lists or tables more than {MAX_DEPTH} deep")
     if "id" not in raw:
         raise EndpointsFileError(path, f"endpoint #{i} has no id")
@@ -114,9 +135,10 @@ def parse_endpoints(data: bytes, fmt: str, path: str = "<endpoints>") -> tuple[E
         return _parse(data, fmt, path)
     except EndpointsFileError:
         raise
-    except (Exception, RecursionError) as exc:
-        what = "too deeply nested" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
-        raise EndpointsFileError(path, f"cannot be used: {_clip(what)}") from exc
+    except RecursionError as exc:
+        raise _too_deep_error(path) from exc
+    except Exception as exc:
+        raise EndpointsFileError(path, f"cannot be used: {_clip(f'{type(exc).__name__}: {exc}')}") from exc
 
 
 def _clip(text: str, limit: int = 200) -> str:
@@ -209,6 +231,26 @@ def _parse(data: bytes, fmt: str, path: str) -> tuple[Endpoint, ...]:
         document: object = _json_loads(text) if fmt == "json" else tomllib.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise EndpointsFileError(path, f"not valid {fmt.upper()}: {_clip(str(exc))}") from exc
+    except RecursionError as exc:
+        raise _too_deep_error(path) from exc
+    # Depth is judged before anything else, so a document too deep for the parser (above)
+    # and one it managed to read give the same error. Each entry is measured once.
+    cap = MAX_DOCUMENT_DEPTH + 1
+    entries: object = document
+    above = 0  # levels of lists and tables around the entries
+    if isinstance(document, Mapping):
+        above = 1
+        if any(1 + _depth(v, cap) > MAX_DOCUMENT_DEPTH for k, v in document.items() if k != "endpoints"):
+            raise _too_deep_error(path)
+        entries = document.get("endpoints")
+    depths: list[int] = []
+    if isinstance(entries, list):
+        above += 1
+        depths = [_depth(raw, cap) for raw in entries]
+        if above + max(depths, default=0) > MAX_DOCUMENT_DEPTH:
+            raise _too_deep_error(path)
+    elif above + _depth(entries, cap) > MAX_DOCUMENT_DEPTH:
+        raise _too_deep_error(path)
     if isinstance(document, Mapping):
         extra = sorted(set(document) - {"endpoints"})
         if extra:
@@ -218,7 +260,7 @@ def _parse(data: bytes, fmt: str, path: str) -> tuple[Endpoint, ...]:
         document = document["endpoints"]
     if not isinstance(document, list):
         raise EndpointsFileError(path, f"'endpoints' must be a list, got {type(document).__name__}")
-    endpoints = tuple(_entry(path, i, raw) for i, raw in enumerate(document))
+    endpoints = tuple(_entry(path, i, raw, depths[i]) for i, raw in enumerate(document))
     seen: set[str] = set()
     for e in endpoints:
         if e.id in seen:

@@ -211,10 +211,54 @@ NESTED = b'{"endpoints": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 HUGE_NUMBER = b'{"endpoints": [{"id": "a", "weight": ' + b"9" * 5_000 + b"}]}"
 
 
+def nested_list(fmt: str, n: int) -> bytes:
+    return (("endpoints = " if fmt == "toml" else "") + "[" * n + "]" * n).encode()
+
+
+def nested_metadata(fmt: str, n: int) -> bytes:
+    if fmt == "toml":
+        return ('[[endpoints]]\nid = "a"\nmetadata = ' + "{k = " * n + "1" + "}" * n).encode()
+    return ('{"endpoints": [{"id": "a", "metadata": ' + '{"k": ' * n + "1" + "}" * n + "}]}").encode()
+
+
+def nested_extra_key(fmt: str, n: int) -> bytes:
+    if fmt == "toml":
+        return ("endpoints = []\nx = " + "[" * n + "]" * n).encode()
+    return ('{"x": ' + "[" * n + "]" * n + ', "endpoints": []}').encode()
+
+
+def verdict(document: bytes, fmt: str) -> str:
+    try:
+        return f"{len(parse_endpoints(document, fmt))} endpoints"
+    except poise.EndpointsFileError as exc:
+        return exc.problem
+
+
+def on_a_deep_stack(frames: int, call: Callable[[], str]) -> str:
+    return call() if frames == 0 else on_a_deep_stack(frames - 1, call)
+
+
+@pytest.mark.parametrize("fmt", ["json", "toml"])
+@pytest.mark.parametrize("shape", [nested_list, nested_metadata, nested_extra_key], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("depth", [30, 60, 63, 64, 65, 300, 600, 900, 2_000])
+def test_the_verdict_on_a_nested_document_does_not_depend_on_how_deep_the_callers_stack_is(
+    fmt: str, shape: Callable[[str, int], bytes], depth: int
+) -> None:
+    # A parser stops at Python's recursion limit, which a deep caller has partly used:
+    # the same document used to parse from a shallow stack and fail from a deep one.
+    document = shape(fmt, depth)
+    shallow = verdict(document, fmt)
+    assert on_a_deep_stack(700, lambda: verdict(document, fmt)) == shallow
+    if depth > 64:  # whatever else is wrong with it, first: too deep
+        assert shallow == "nests lists or tables more than 64 deep"
+    elif depth <= 30:
+        assert "64 deep" not in shallow
+
+
 @pytest.mark.parametrize(
     ("document", "problem"),
     [
-        (NESTED, "too deeply nested"),
+        (NESTED, "nests lists or tables more than 64 deep"),
         (HUGE_NUMBER, "ValueError"),
         (b'{"endpoints": [{"id": "a", "metadata": ' + b'{"k": ' * 40 + b"1" + b"}" * 40 + b"}]}", "more than 32 deep"),
     ],
