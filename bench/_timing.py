@@ -1,4 +1,4 @@
-"""Timing helpers for the benchmarks: best-of-N per-iteration cost, in one process."""
+"""Timing helpers for the benchmarks: per-iteration costs measured in one process."""
 
 from __future__ import annotations
 
@@ -15,6 +15,32 @@ async def best_of(body: Callable[[int], Awaitable[None]], iterations: int, repea
         await body(iterations)
         best = min(best, (time.perf_counter() - start) / iterations)
     return best
+
+
+async def interleaved(
+    bodies: list[Callable[[int], Awaitable[None]]], iterations: int, rounds: int
+) -> list[list[tuple[float, float]]]:
+    """Time every body ``rounds`` times, each once a round and in a rotating order.
+
+    Each sample is a pair: seconds per iteration of the body, and of a bare ``async with``
+    timed right before it. A change of the machine's load between rounds falls on every
+    body alike, so ratios of samples from the same round (one body over another, or over
+    its bare) hold where costs measured minutes apart do not; no body always runs first.
+    """
+    for body in bodies:
+        await body(iterations)  # warm the caches and any lazily built structure
+    samples: list[list[tuple[float, float]]] = [[] for _ in bodies]
+    for r in range(rounds):
+        for i in [(r + k) % len(bodies) for k in range(len(bodies))]:
+            base = await _timed(bare, iterations)
+            samples[i].append((await _timed(bodies[i], iterations), base))
+    return samples
+
+
+async def _timed(body: Callable[[int], Awaitable[None]], iterations: int) -> float:
+    start = time.perf_counter()
+    await body(iterations)
+    return (time.perf_counter() - start) / iterations
 
 
 class Noop:

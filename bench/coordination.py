@@ -5,7 +5,9 @@ Run: ``python bench/coordination.py`` (Trio). It starts its own redis-server (De
 package; installed first when missing and run as root) on a free loopback port. Prints:
 
 1. ``acquire`` on a CLOSED circuit with and without coordination, in one run, as a ratio
-   (target: at most 1.5x; the hot path makes no round trip).
+   (target: within 1.05x either way; the hot path makes no round trip). The three
+   balancers run side by side and are timed in interleaved rounds, so a change of the
+   machine's load falls on all three alike; the ratio is the median of the rounds'.
 2. The probe rate against a dependency that stays down for a simulated hour (virtual time,
    Trio's MockClock; balancers are real, with InMemoryStorage on the same clock), for 1 and
    50 instances: each local, and coordinated with a constant wait (protocol 1) and with
@@ -24,6 +26,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -37,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import coredis
 
 import poise_py as poise
-from bench._timing import best_of
+from bench._timing import interleaved
 from poise_py._coordination._lua import PRELUDE, SCRIPTS
 from tests.support.clocks import FakeClock
 from tests.support.coordination import rewind
@@ -62,28 +65,40 @@ async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
 # -- 1. the hot path ---------------------------------------------------------------------
 
 
-async def hot_path(server: RedisServer, iterations: int) -> None:
+async def hot_path(server: RedisServer, iterations: int, rounds: int) -> None:
     print("1. acquire + exit on a CLOSED circuit (RoundRobin, 10 endpoints)")
-    print(f"{'coordination':<34}{'us/call':>10}{'x none':>9}{'storage ops':>13}")
+    print(f"   {rounds} interleaved rounds of {iterations:,} calls per balancer; the median of each round's ratio")
+    print(f"{'coordination':<34}{'us/call':>10}{'x none':>9}{'range':>13}{'storage ops':>13}")
     client: coredis.Redis[bytes] = coredis.Redis(host="127.0.0.1", port=server.port)
-    async with client:
+    async with client, contextlib.AsyncExitStack() as stack:
         cases: list[tuple[str, poise.Coordination | None]] = [
             ("none", None),
             ("InMemoryStorage", poise.Coordination(poise.InMemoryStorage())),
             ("RedisStorage", poise.Coordination(poise.RedisStorage(client, namespace="bench-hot"))),
         ]
-        base = 0.0
-        for name, coordination in cases:
+        balancers = []
+        for _, coordination in cases:
             lb = poise.LoadBalancer(endpoints(10), policy=poise.RoundRobin(), seed=1, coordination=coordination)
-            async with lb:
-                stats = lb.coordination_statistics()
-                before = stats.operations if stats else 0
-                cost = await best_of(functools.partial(acquire_loop, lb), iterations)
-                stats = lb.coordination_statistics()
-                ops = (stats.operations - before) if stats else 0
-            base = base or cost
-            print(f"{name:<34}{cost * 1e6:>10.3f}{cost / base:>9.2f}{ops:>13}")
-    print("   (storage ops: operations issued while the loop ran, polls included)")
+            await stack.enter_async_context(lb)
+            balancers.append(lb)
+
+        def operations(lb: poise.LoadBalancer) -> int:
+            stats = lb.coordination_statistics()
+            return stats.operations if stats else 0
+
+        before = [operations(lb) for lb in balancers]
+        samples = await interleaved([functools.partial(acquire_loop, lb) for lb in balancers], iterations, rounds)
+        costs = [[cost for cost, _ in body] for body in samples]
+        for (name, _), lb, cost, ops in zip(cases, balancers, costs, before, strict=True):
+            ratios = [c / b for c, b in zip(cost, costs[0], strict=True)]
+            spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+            print(
+                f"{name:<34}{statistics.median(cost) * 1e6:>10.3f}{statistics.median(ratios):>9.2f}"
+                f"{spread:>13}{operations(lb) - ops:>13}"
+            )
+    print(
+        "   (range: the lowest and highest round; storage ops: operations issued while the rounds ran, polls included)"
+    )
 
 
 # -- 2. probe rate against a dependency that stays down ----------------------------------
@@ -330,7 +345,8 @@ async def poll_costs(server: RedisServer) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=100_000)
+    parser.add_argument("--iterations", type=int, default=20_000, help="calls per balancer per round")
+    parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--skip-rates", action="store_true", help="skip the simulated hour (about a minute)")
     parser.add_argument("--polls-only", action="store_true", help="only section 4, the work per poll")
     args = parser.parse_args()
@@ -340,7 +356,7 @@ if __name__ == "__main__":
         server.start()
         try:
             if not args.polls_only:
-                trio.run(hot_path, server, args.iterations)
+                trio.run(hot_path, server, args.iterations, args.rounds)
                 if not args.skip_rates:
                     probe_rates()
                 trio.run(redis_operations, server)

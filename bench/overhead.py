@@ -4,7 +4,11 @@ Run: ``python bench/overhead.py``. Prints microseconds and ratios measured in th
 process: each policy at 10 and 10,000 endpoints, as a multiple of the bare context
 manager (timed on the same event loop), and the 10,000-endpoint cost as a multiple of
 the 10-endpoint cost, on Trio and then on asyncio; then (Trio) the cost of recording
-outcomes with rate windows enabled, as a multiple of the default circuit's cost.
+outcomes with rate windows enabled, as a multiple of the default circuit's cost. Every
+row's balancer (or peer) runs side by side with the others, and they are timed in
+interleaved rounds, each sample against a bare ``async with`` timed right before it; a
+figure is the median over the rounds, so a change of the machine's load falls on every
+row alike.
 ``--backend trio`` or ``--backend asyncio`` runs only the one; ``--peers`` adds the
 breaker libraries that are installed (``bench/peers.py``), timed in the same run. The
 first line says which build is measured: the pure-Python install or the compiled one
@@ -15,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
+import statistics
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -24,7 +31,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
-from bench._timing import bare, best_of
+from bench._timing import interleaved
 from bench.peers import PEERS
 
 
@@ -40,65 +47,91 @@ async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
             pass
 
 
-async def main(iterations: int, backend: str, *, windows: bool, peers: bool) -> None:
-    base = await best_of(bare, iterations)
+POLICIES: list[tuple[str, Callable[[], poise.Policy]]] = [
+    ("RoundRobin", poise.RoundRobin),
+    ("PowerOfTwoChoices", poise.PowerOfTwoChoices),
+]
+SIZES = (10, 10_000)
+CIRCUITS: list[tuple[str, Callable[[], poise.CircuitPolicy]]] = [
+    ("default (consecutive)", poise.CircuitPolicy),
+    ("failure rate, CountWindow(100)", lambda: poise.CircuitPolicy(failure_rate=0.5)),
+    ("failure rate, TimeWindow(30s)", lambda: poise.CircuitPolicy(failure_rate=0.5, window=poise.TimeWindow())),
+    (
+        "+ slow-call rate, TimeWindow",
+        lambda: poise.CircuitPolicy(
+            failure_rate=0.5, slow_call_rate=0.5, slow_call_duration=1.0, window=poise.TimeWindow()
+        ),
+    ),
+]
+
+
+def _median_ratio(samples: list[tuple[float, float]], over: list[tuple[float, float]]) -> float:
+    """The median over the rounds of one body's bare-normalised sample over another's."""
+    return statistics.median((c / b) / (oc / ob) for (c, b), (oc, ob) in zip(samples, over, strict=True))
+
+
+async def main(iterations: int, rounds: int, backend: str, *, windows: bool, peers: bool) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        bodies: list[Callable[[int], Awaitable[None]]] = []
+        for _, policy in POLICIES:
+            for size in SIZES:
+                lb = await stack.enter_async_context(make_lb(policy(), size))
+                bodies.append(functools.partial(acquire_loop, lb))
+        present: list[tuple[str, int | None]] = []
+        for name, make in PEERS if peers else []:
+            body = await make()
+            present.append((name, None if body is None else len(bodies)))
+            if body is not None:
+                bodies.append(body)
+        first_circuit = len(bodies)
+        for _, circuit in CIRCUITS if windows else []:
+            lb = await stack.enter_async_context(make_lb(poise.RoundRobin(), 10, circuit()))
+            bodies.append(functools.partial(acquire_loop, lb))
+        samples = await interleaved(bodies, iterations, rounds)
+
+    base = statistics.median(b for body in samples for _, b in body)
     build = "compiled" if poise.COMPILED else "pure Python"
     print(f"{backend}, {build} build: bare async with: {base * 1e6:.3f} us")
+    print(f"   {rounds} interleaved rounds of {iterations:,} calls per row, each against a bare timed just before it")
     print(f"{'policy':<22}{'endpoints':>10}{'us/call':>10}{'x bare':>9}{'x 10 eps':>10}")
-    policies: list[tuple[str, poise.Policy]] = [
-        ("RoundRobin", poise.RoundRobin()),
-        ("PowerOfTwoChoices", poise.PowerOfTwoChoices()),
-    ]
-    for name, policy in policies:
-        small = 0.0
-        for size in (10, 10_000):
-            lb = make_lb(policy, size)
-            async with lb:
-                cost = await best_of(functools.partial(acquire_loop, lb), iterations)
-            small = small or cost
-            print(f"{name:<22}{size:>10}{cost * 1e6:>10.3f}{cost / base:>9.2f}{cost / small:>10.2f}")
+    for p, (name, _) in enumerate(POLICIES):
+        small = samples[p * len(SIZES)]
+        for s, size in enumerate(SIZES):
+            row = samples[p * len(SIZES) + s]
+            cost = statistics.median(c for c, _ in row)
+            ratio = statistics.median(c / b for c, b in row)
+            print(f"{name:<22}{size:>10}{cost * 1e6:>10.3f}{ratio:>9.2f}{_median_ratio(row, small):>10.2f}")
     if peers:
         print(f"{'peer (one breaker, no selection)':<36}{'us/call':>10}{'x bare':>9}")
-        for name, make in PEERS:
-            body = await make()
-            if body is None:
+        for name, index in present:
+            if index is None:
                 print(f"{name:<36}{'not installed (or not this backend)':>19}")
                 continue
-            cost = await best_of(body, iterations)
-            print(f"{name:<36}{cost * 1e6:>10.3f}{cost / base:>9.2f}")
+            row = samples[index]
+            cost = statistics.median(c for c, _ in row)
+            print(f"{name:<36}{cost * 1e6:>10.3f}{statistics.median(c / b for c, b in row):>9.2f}")
     if not windows:
         return
 
     print()
     print(f"{'circuit (RoundRobin, 10 eps)':<34}{'us/call':>10}{'x bare':>9}{'x default':>11}")
-    circuits: list[tuple[str, poise.CircuitPolicy]] = [
-        ("default (consecutive)", poise.CircuitPolicy()),
-        ("failure rate, CountWindow(100)", poise.CircuitPolicy(failure_rate=0.5)),
-        ("failure rate, TimeWindow(30s)", poise.CircuitPolicy(failure_rate=0.5, window=poise.TimeWindow())),
-        (
-            "+ slow-call rate, TimeWindow",
-            poise.CircuitPolicy(
-                failure_rate=0.5, slow_call_rate=0.5, slow_call_duration=1.0, window=poise.TimeWindow()
-            ),
-        ),
-    ]
-    default = 0.0
-    for name, circuit in circuits:
-        lb = make_lb(poise.RoundRobin(), 10, circuit)
-        async with lb:
-            cost = await best_of(functools.partial(acquire_loop, lb), iterations)
-        default = default or cost
-        print(f"{name:<34}{cost * 1e6:>10.3f}{cost / base:>9.2f}{cost / default:>11.2f}")
+    default = samples[first_circuit]
+    for k, (name, _) in enumerate(CIRCUITS):
+        row = samples[first_circuit + k]
+        cost = statistics.median(c for c, _ in row)
+        ratio = statistics.median(c / b for c, b in row)
+        print(f"{name:<34}{cost * 1e6:>10.3f}{ratio:>9.2f}{_median_ratio(row, default):>11.2f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=100_000)
+    parser.add_argument("--iterations", type=int, default=20_000, help="calls per row per round")
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--backend", choices=["trio", "asyncio", "both"], default="both")
     parser.add_argument("--peers", action="store_true", help="also time the installed breaker libraries")
     args = parser.parse_args()
     if args.backend in ("trio", "both"):
-        trio.run(functools.partial(main, args.iterations, "trio", windows=True, peers=args.peers))
+        trio.run(functools.partial(main, args.iterations, args.rounds, "trio", windows=True, peers=args.peers))
     if args.backend in ("asyncio", "both"):
         print()
-        asyncio.run(main(args.iterations, "asyncio", windows=False, peers=args.peers))
+        asyncio.run(main(args.iterations, args.rounds, "asyncio", windows=False, peers=args.peers))

@@ -1,28 +1,33 @@
 """How every exported selection policy scales from 10 to 100,000 endpoints, end to end.
 
 Run: ``python bench/scale.py`` (Trio). For each policy, weighted (weights 1 to 4) and
-with equal weights, a balancer over 10 and over 100,000 endpoints is timed on
-``async with lb.acquire(key=...): pass`` (the whole call: selection, permit, outcome
-recording). Every sample is normalised by a bare no-op ``async with`` timed right before
-it in the same process, so a change of machine load between samples cancels out; the
-figure for a size is the median of those bare-normalised samples, and ``x10`` is the
-100,000-endpoint median over the 10-endpoint one. The target is ``x10 <= 1.5`` for every
-policy (O(log n) policies are marked; see docs/performance.md). The ``floor`` row is a
-context manager that only picks a random object of as many and counts on it: how much
-the machine's memory alone grows the cost of a random pick.
+with equal weights, a balancer over 10 and over 100,000 endpoints is timed on ``async
+with lb.acquire(key=...): pass`` (the whole call: selection, permit, outcome recording).
+Every sample is normalised by a bare no-op ``async with`` timed right before it in the
+same process, so a change of machine load between samples cancels out; the figure for a
+size is the median of those bare-normalised samples. The sizes' balancers run side by
+side and are sampled in interleaved rounds (each size once a round, in a rotating order),
+and ``x10`` is the median over the rounds of the 100,000-endpoint sample over the
+10-endpoint one, so a change of the machine's load between rounds falls on both. The
+target is ``x10 <= 1.5`` for every policy (O(log n) policies are marked; see
+docs/performance.md). The first ``floor`` row is a context manager that only picks a
+random object of as many and counts on it: how much the machine's memory alone grows the
+cost of a random pick. The second compares two random counts of a compact list and counts
+on the lesser one's object: the same for a two-choice pick (PowerOfTwoChoices).
 
 ``--sizes 10,1000,10000,100000`` adds intermediate sizes (the log n evidence for the
-policies that are O(log n)). ``--only NAME`` runs the rows whose name contains NAME.
+policies that are O(log n)). ``--only NAME`` runs the rows whose name contains NAME
+(``--only floor``: the floors).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import random
 import statistics
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +37,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
-from bench._timing import bare
+from bench._timing import interleaved
 
 KEYS = [f"user-{i}" for i in range(1 << 16)]
 
@@ -70,8 +75,47 @@ class Floor:
         self._item.count -= 1
 
 
-def floor_loop(size: int) -> Callable[[int], Awaitable[None]]:
-    cm = Floor(size)
+class TwoChoicesFloor(Floor):
+    """The floor for a two-choice pick: two random counts compared, and the lesser one's object counted.
+
+    What power of two choices cannot avoid at any pool size: two uniform random reads of a
+    compact list of counts (a read of the objects themselves would cost a trip to memory
+    each), then the write to the object it picked and to its count.
+    """
+
+    __slots__ = ("_counts", "_pos")
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self._counts = [0] * size
+        self._pos = 0
+
+    async def __aenter__(self) -> TwoChoicesFloor:
+        counts = self._counts
+        unit = self._unit
+        first = int(unit() * len(counts))
+        second = int(unit() * len(counts))
+        pos = self._pos = first if counts[first] <= counts[second] else second
+        counts[pos] += 1
+        item = self._item = self._items[pos]
+        item.count += 1
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._counts[self._pos] -= 1
+        self._item.count -= 1
+
+
+FLOORS: list[tuple[str, type[Floor]]] = [
+    ("floor: a random object, counted", Floor),
+    ("floor: two random counts, one counted", TwoChoicesFloor),
+]
+
+
+def floor_loop(size: int, kind: type[Floor] = Floor) -> Callable[[int], Awaitable[None]]:
+    cm = kind(size)
 
     async def body(n: int) -> None:
         for _ in range(n):
@@ -98,20 +142,19 @@ def acquire_loop(lb: poise.LoadBalancer, *, keyed: bool) -> Callable[[int], Awai
     return with_keys if keyed else unkeyed
 
 
-async def timed(body: Callable[[int], Awaitable[None]], n: int) -> float:
-    start = time.perf_counter()
-    await body(n)
-    return (time.perf_counter() - start) / n
+async def sized(
+    bodies: list[Callable[[int], Awaitable[None]]], iterations: int, samples: int
+) -> tuple[list[float], float]:
+    """Each body's median over ``samples`` of its cost over a bare ``async with`` timed just before
+    it, and the median over the rounds of the last body's sample over the first's (``x10``).
 
-
-async def normalised(body: Callable[[int], Awaitable[None]], iterations: int, samples: int) -> float:
-    """Median over ``samples`` of (cost of ``body``) / (cost of a bare ``async with``, timed just before)."""
-    ratios = []
-    await body(iterations)  # warm the caches and any lazily built structure
-    for _ in range(samples):
-        base = await timed(bare, iterations)
-        ratios.append(await timed(body, iterations) / base)
-    return statistics.median(ratios)
+    The bodies, one per size, are timed in interleaved rounds (``bench._timing.interleaved``),
+    so ``x10`` is a ratio of samples taken side by side rather than of two medians taken
+    minutes apart.
+    """
+    ratios = [[cost / base for cost, base in body] for body in await interleaved(bodies, iterations, samples)]
+    growth = statistics.median(last / first for first, last in zip(ratios[0], ratios[-1], strict=True))
+    return [statistics.median(r) for r in ratios], growth
 
 
 ROWS: list[tuple[str, Callable[[], poise.Policy], bool, bool, str]] = [
@@ -140,24 +183,25 @@ def make_lb(policy: poise.Policy, size: int, *, weighted: bool) -> poise.LoadBal
 
 
 async def main(sizes: list[int], iterations: int, samples: int, only: str | None) -> None:
-    print(f"median of {samples} bare-normalised samples of {iterations:,} calls each")
+    print(f"median of {samples} bare-normalised samples of {iterations:,} calls each, the sizes interleaved")
     head = "".join(f"{f'@{s:,}':>10}" for s in sizes)
     print(f"{'policy':<38}{'order':<10}{head}{'x10':>8}")
-    if only is None:
-        cells = [await normalised(floor_loop(size), iterations, samples) for size in sizes]
-        print(f"{'floor: a random object, counted':<38}{'-':<10}{''.join(f'{c:>10.2f}' for c in cells)}", end="")
-        print(f"{cells[-1] / cells[0]:>8.2f}", flush=True)
+    for name, kind in FLOORS:
+        if only is not None and only.lower() not in name.lower():
+            continue
+        cells, growth = await sized([floor_loop(size, kind) for size in sizes], iterations, samples)
+        print(f"{name:<38}{'-':<10}{''.join(f'{c:>10.2f}' for c in cells)}{growth:>8.2f}", flush=True)
     for name, make, weighted, keyed, order in ROWS:
         if only is not None and only.lower() not in name.lower():
             continue
-        cells = []
-        for size in sizes:
-            lb = make_lb(make(), size, weighted=weighted)
-            async with lb:
-                cells.append(await normalised(acquire_loop(lb, keyed=keyed), iterations, samples))
-            del lb
-            gc.collect()
-        growth = cells[-1] / cells[0]
+        async with contextlib.AsyncExitStack() as stack:
+            bodies = []
+            for size in sizes:
+                lb = await stack.enter_async_context(make_lb(make(), size, weighted=weighted))
+                bodies.append(acquire_loop(lb, keyed=keyed))
+            cells, growth = await sized(bodies, iterations, samples)
+        del bodies, lb
+        gc.collect()
         flag = "  <- over 1.5x" if growth > 1.5 else ""
         print(f"{name:<38}{order:<10}{''.join(f'{c:>10.2f}' for c in cells)}{growth:>8.2f}{flag}", flush=True)
 
