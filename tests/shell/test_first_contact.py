@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from poise_py._version import VERSION
+from poise_py.sim import Protocol, builtin_names, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -105,6 +106,18 @@ def test_the_cli_extra_declares_every_package_the_demo_and_its_status_page_impor
     base = _requirement_names(PYPROJECT["project"]["dependencies"])
     assert needed - declared - base == set()
     assert {"h11", "hypercorn", "trio", "httpx", "rich"} <= declared
+
+
+def test_the_cli_and_sim_extras_run_every_built_in_scenario() -> None:
+    """``poise simulate`` with no argument runs every built-in scenario, the gRPC worker pool's
+    among them, whose client raises grpcio's own errors: both extras that offer the command
+    bring grpcio, so ``pip install 'poise_py[cli]' && poise simulate`` runs as docs/cli.md shows."""
+    protocols = {load_scenario(name).client.protocol for name in builtin_names()}
+    assert Protocol.GRPC in protocols
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for extra in ("cli", "sim"):
+        assert "grpcio" in _requirement_names(extras[extra]), extra
+        assert _requirement_names(extras["grpc"]) <= _requirement_names(extras[extra]), extra
 
 
 def test_the_status_extra_is_hypercorn_and_dev_has_the_browser_driver() -> None:
