@@ -7,16 +7,6 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 
-async def best_of(body: Callable[[int], Awaitable[None]], iterations: int, repeats: int = 5) -> float:
-    """Run ``body(iterations)`` ``repeats`` times; return the best seconds per iteration."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        await body(iterations)
-        best = min(best, (time.perf_counter() - start) / iterations)
-    return best
-
-
 async def interleaved(
     bodies: list[Callable[[int], Awaitable[None]]], iterations: int, rounds: int
 ) -> list[list[tuple[float, float]]]:

@@ -4,14 +4,18 @@ Run: ``python bench/health.py`` (Trio). Active health reaches selection only whe
 classification or an operator status changes, never per call, so the ratios printed
 should be 1.00 within noise. Rows: the same pool without a health check (the baseline),
 with one whose probes all pass, and with one endpoint of ten actively UNHEALTHY and one
-DRAINING (smaller available list, same per-call work).
+DRAINING (smaller available list, same per-call work). The three balancers run side by side
+and are timed in interleaved rounds (``bench._timing.interleaved``); a ratio is the median
+over the rounds of a row's sample over the baseline's from the same round.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
-from bench._timing import best_of
+from bench._timing import interleaved
 
 
 async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
@@ -45,15 +49,7 @@ def make_lb(size: int, check: poise.HealthCheck | None) -> poise.LoadBalancer:
     return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=poise.RoundRobin(), health_check=check, seed=1)
 
 
-async def measure(lb: poise.LoadBalancer, iterations: int, drain: str | None) -> float:
-    async with lb:
-        await trio.sleep(0.05)  # the first probes run and classify
-        if drain is not None:
-            lb.set_status(drain, poise.AdminStatus.DRAINING)
-        return await best_of(functools.partial(acquire_loop, lb), iterations)
-
-
-async def main(iterations: int) -> None:
+async def main(iterations: int, rounds: int) -> None:
     size = 10
     # Long intervals: no probe runs while the loop is timed, as in production between probes.
     quiet: dict[str, Any] = {"interval": 3600.0, "unhealthy_interval": 1.0, "timeout": 1.0, "jitter": 0.0}
@@ -66,17 +62,26 @@ async def main(iterations: int) -> None:
             "e1",
         ),
     ]
+    async with contextlib.AsyncExitStack() as stack:
+        for _, lb, _ in rows:
+            await stack.enter_async_context(lb)
+        await trio.sleep(0.05)  # the first probes run and classify
+        for _, lb, drain in rows:
+            if drain is not None:
+                lb.set_status(drain, poise.AdminStatus.DRAINING)
+        samples = await interleaved([functools.partial(acquire_loop, lb) for _, lb, _ in rows], iterations, rounds)
+    print(f"{rounds} interleaved rounds of {iterations:,} calls per row")
     print(f"{'RoundRobin, 10 endpoints':<30}{'us/call':>10}{'x off':>8}")
-    base = 0.0
-    for name, lb, drain in rows:
-        cost = await measure(lb, iterations, drain)
-        base = base or cost
-        print(f"{name:<30}{cost * 1e6:>10.3f}{cost / base:>8.2f}")
+    for (name, _, _), row in zip(rows, samples, strict=True):
+        cost = statistics.median(c for c, _ in row)
+        ratio = statistics.median(c / off for (c, _), (off, _) in zip(row, samples[0], strict=True))
+        print(f"{name:<30}{cost * 1e6:>10.3f}{ratio:>8.2f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=100_000)
+    parser.add_argument("--iterations", type=int, default=20_000, help="calls per row per round")
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     logging.getLogger("poise_py").setLevel(logging.ERROR)  # e0's expected "unhealthy" line
-    trio.run(main, args.iterations)
+    trio.run(main, args.iterations, args.rounds)

@@ -4,14 +4,19 @@ Run: ``python bench/observed.py`` (Trio). Prints microseconds per ``async with
 lb.acquire(): pass`` (RoundRobin, 10 endpoints) with no call observer, with a no-op call
 observer, and with ``poise_py.contrib.otel.instrument`` on an SDK ``MeterProvider``
 (the duration histogram and call counter recorded on every call), each as a multiple of
-the unobserved cost, measured in this one run.
+the unobserved cost, measured in this one run: the three balancers run side by side and
+are timed in interleaved rounds (``bench._timing.interleaved``), and a ratio is the median
+over the rounds of a row's sample over the unobserved one's from the same round.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import statistics
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -22,7 +27,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import poise_py as poise
-from bench._timing import best_of
+from bench._timing import interleaved
 from poise_py.contrib.otel import instrument
 
 
@@ -38,22 +43,29 @@ async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
             pass
 
 
-async def main(iterations: int) -> None:
-    print(f"{'RoundRobin, 10 endpoints':<34}{'us/call':>10}{'x plain':>9}")
-    plain = 0.0
-    for name in ("no call observer", "a no-op call observer", "otel instrument (SDK)"):
-        lb = make_lb()
-        async with lb:
+async def main(iterations: int, rounds: int) -> None:
+    names = ("no call observer", "a no-op call observer", "otel instrument (SDK)")
+    async with contextlib.AsyncExitStack() as stack:
+        bodies: list[Callable[[int], Awaitable[None]]] = []
+        for name in names:
+            lb = await stack.enter_async_context(make_lb())
             if name == "a no-op call observer":
                 lb.add_call_observer(lambda ended: None)
             elif name == "otel instrument (SDK)":
                 instrument(lb, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]))
-            cost = await best_of(functools.partial(acquire_loop, lb), iterations)
-        plain = plain or cost
-        print(f"{name:<34}{cost * 1e6:>10.3f}{cost / plain:>9.2f}")
+            bodies.append(functools.partial(acquire_loop, lb))
+        samples = await interleaved(bodies, iterations, rounds)
+    print(f"{rounds} interleaved rounds of {iterations:,} calls per row")
+    print(f"{'RoundRobin, 10 endpoints':<34}{'us/call':>10}{'x plain':>9}")
+    for name, row in zip(names, samples, strict=True):
+        cost = statistics.median(c for c, _ in row)
+        ratio = statistics.median(c / plain for (c, _), (plain, _) in zip(row, samples[0], strict=True))
+        print(f"{name:<34}{cost * 1e6:>10.3f}{ratio:>9.2f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=50_000)
-    trio.run(main, parser.parse_args().iterations)
+    parser.add_argument("--iterations", type=int, default=20_000, help="calls per row per round")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    trio.run(main, args.iterations, args.rounds)
