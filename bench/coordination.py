@@ -7,7 +7,8 @@ package; installed first when missing and run as root) on a free loopback port. 
 1. ``acquire`` on a CLOSED circuit with and without coordination, in one run, as a ratio
    (target: within 1.05x either way; the hot path makes no round trip). The three
    balancers run side by side and are timed in interleaved rounds, so a change of the
-   machine's load falls on all three alike; the ratio is the median of the rounds'.
+   machine's load falls on all three alike; the ratio is the median of the rounds'
+   (``bench._timing.cost_per_round``).
 2. The probe rate against a dependency that stays down for a simulated hour (virtual time,
    Trio's MockClock; balancers are real, with InMemoryStorage on the same clock), for 1 and
    50 instances: each local, and coordinated with a constant wait (protocol 1) and with
@@ -40,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import coredis
 
 import poise_py as poise
-from bench._timing import interleaved
+from bench._timing import cost_per_round, interleaved, median_cost
 from poise_py._coordination._lua import PRELUDE, SCRIPTS
 from tests.support.clocks import FakeClock
 from tests.support.coordination import rewind
@@ -88,12 +89,11 @@ async def hot_path(server: RedisServer, iterations: int, rounds: int) -> None:
 
         before = [operations(lb) for lb in balancers]
         samples = await interleaved([functools.partial(acquire_loop, lb) for lb in balancers], iterations, rounds)
-        costs = [[cost for cost, _ in body] for body in samples]
-        for (name, _), lb, cost, ops in zip(cases, balancers, costs, before, strict=True):
-            ratios = [c / b for c, b in zip(cost, costs[0], strict=True)]
+        for (name, _), lb, row, ops in zip(cases, balancers, samples, before, strict=True):
+            ratios = cost_per_round(row, samples[0])
             spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
             print(
-                f"{name:<34}{statistics.median(cost) * 1e6:>10.3f}{statistics.median(ratios):>9.2f}"
+                f"{name:<34}{median_cost(row) * 1e6:>10.3f}{statistics.median(ratios):>9.2f}"
                 f"{spread:>13}{operations(lb) - ops:>13}"
             )
     print(

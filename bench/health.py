@@ -6,7 +6,8 @@ should be 1.00 within noise. Rows: the same pool without a health check (the bas
 with one whose probes all pass, and with one endpoint of ten actively UNHEALTHY and one
 DRAINING (smaller available list, same per-call work). The three balancers run side by side
 and are timed in interleaved rounds (``bench._timing.interleaved``); a ratio is the median
-over the rounds of a row's sample over the baseline's from the same round.
+over the rounds of a row's sample over the baseline's from the same round
+(``bench._timing.cost_per_round``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
-from bench._timing import interleaved
+from bench._timing import cost_per_round, interleaved, median_cost
 
 
 async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
@@ -73,9 +74,7 @@ async def main(iterations: int, rounds: int) -> None:
     print(f"{rounds} interleaved rounds of {iterations:,} calls per row")
     print(f"{'RoundRobin, 10 endpoints':<30}{'us/call':>10}{'x off':>8}")
     for (name, _, _), row in zip(rows, samples, strict=True):
-        cost = statistics.median(c for c, _ in row)
-        ratio = statistics.median(c / off for (c, _), (off, _) in zip(row, samples[0], strict=True))
-        print(f"{name:<30}{cost * 1e6:>10.3f}{ratio:>8.2f}")
+        print(f"{name:<30}{median_cost(row) * 1e6:>10.3f}{statistics.median(cost_per_round(row, samples[0])):>8.2f}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ observer, and with ``poise_py.contrib.otel.instrument`` on an SDK ``MeterProvide
 (the duration histogram and call counter recorded on every call), each as a multiple of
 the unobserved cost, measured in this one run: the three balancers run side by side and
 are timed in interleaved rounds (``bench._timing.interleaved``), and a ratio is the median
-over the rounds of a row's sample over the unobserved one's from the same round.
+over the rounds of a row's sample over the unobserved one's from the same round
+(``bench._timing.cost_per_round``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import poise_py as poise
-from bench._timing import interleaved
+from bench._timing import cost_per_round, interleaved, median_cost
 from poise_py.contrib.otel import instrument
 
 
@@ -58,9 +59,7 @@ async def main(iterations: int, rounds: int) -> None:
     print(f"{rounds} interleaved rounds of {iterations:,} calls per row")
     print(f"{'RoundRobin, 10 endpoints':<34}{'us/call':>10}{'x plain':>9}")
     for name, row in zip(names, samples, strict=True):
-        cost = statistics.median(c for c, _ in row)
-        ratio = statistics.median(c / plain for (c, _), (plain, _) in zip(row, samples[0], strict=True))
-        print(f"{name:<34}{cost * 1e6:>10.3f}{ratio:>9.2f}")
+        print(f"{name:<34}{median_cost(row) * 1e6:>10.3f}{statistics.median(cost_per_round(row, samples[0])):>9.2f}")
 
 
 if __name__ == "__main__":

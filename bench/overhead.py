@@ -31,7 +31,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
-from bench._timing import interleaved
+from bench._timing import interleaved, median_cost, median_over_bare, per_round
 from bench.peers import PEERS
 
 
@@ -65,11 +65,6 @@ CIRCUITS: list[tuple[str, Callable[[], poise.CircuitPolicy]]] = [
 ]
 
 
-def _median_ratio(samples: list[tuple[float, float]], over: list[tuple[float, float]]) -> float:
-    """The median over the rounds of one body's bare-normalised sample over another's."""
-    return statistics.median((c / b) / (oc / ob) for (c, b), (oc, ob) in zip(samples, over, strict=True))
-
-
 async def main(iterations: int, rounds: int, backend: str, *, windows: bool, peers: bool) -> None:
     async with contextlib.AsyncExitStack() as stack:
         bodies: list[Callable[[int], Awaitable[None]]] = []
@@ -98,9 +93,8 @@ async def main(iterations: int, rounds: int, backend: str, *, windows: bool, pee
         small = samples[p * len(SIZES)]
         for s, size in enumerate(SIZES):
             row = samples[p * len(SIZES) + s]
-            cost = statistics.median(c for c, _ in row)
-            ratio = statistics.median(c / b for c, b in row)
-            print(f"{name:<22}{size:>10}{cost * 1e6:>10.3f}{ratio:>9.2f}{_median_ratio(row, small):>10.2f}")
+            growth = statistics.median(per_round(row, small))
+            print(f"{name:<22}{size:>10}{median_cost(row) * 1e6:>10.3f}{median_over_bare(row):>9.2f}{growth:>10.2f}")
     if peers:
         print(f"{'peer (one breaker, no selection)':<36}{'us/call':>10}{'x bare':>9}")
         for name, index in present:
@@ -108,8 +102,7 @@ async def main(iterations: int, rounds: int, backend: str, *, windows: bool, pee
                 print(f"{name:<36}{'not installed (or not this backend)':>19}")
                 continue
             row = samples[index]
-            cost = statistics.median(c for c, _ in row)
-            print(f"{name:<36}{cost * 1e6:>10.3f}{statistics.median(c / b for c, b in row):>9.2f}")
+            print(f"{name:<36}{median_cost(row) * 1e6:>10.3f}{median_over_bare(row):>9.2f}")
     if not windows:
         return
 
@@ -118,9 +111,8 @@ async def main(iterations: int, rounds: int, backend: str, *, windows: bool, pee
     default = samples[first_circuit]
     for k, (name, _) in enumerate(CIRCUITS):
         row = samples[first_circuit + k]
-        cost = statistics.median(c for c, _ in row)
-        ratio = statistics.median(c / b for c, b in row)
-        print(f"{name:<34}{cost * 1e6:>10.3f}{ratio:>9.2f}{_median_ratio(row, default):>11.2f}")
+        ratio = statistics.median(per_round(row, default))
+        print(f"{name:<34}{median_cost(row) * 1e6:>10.3f}{median_over_bare(row):>9.2f}{ratio:>11.2f}")
 
 
 if __name__ == "__main__":

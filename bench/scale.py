@@ -37,7 +37,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
-from bench._timing import interleaved
+from bench._timing import interleaved, median_over_bare, per_round
 
 KEYS = [f"user-{i}" for i in range(1 << 16)]
 
@@ -152,9 +152,8 @@ async def sized(
     so ``x10`` is a ratio of samples taken side by side rather than of two medians taken
     minutes apart.
     """
-    ratios = [[cost / base for cost, base in body] for body in await interleaved(bodies, iterations, samples)]
-    growth = statistics.median(last / first for first, last in zip(ratios[0], ratios[-1], strict=True))
-    return [statistics.median(r) for r in ratios], growth
+    rows = await interleaved(bodies, iterations, samples)
+    return [median_over_bare(row) for row in rows], statistics.median(per_round(rows[-1], rows[0]))
 
 
 ROWS: list[tuple[str, Callable[[], poise.Policy], bool, bool, str]] = [
