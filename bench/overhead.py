@@ -4,7 +4,10 @@ Run: ``python bench/overhead.py``. Prints microseconds and ratios measured in th
 process: each policy at 10 and 10,000 endpoints, as a multiple of the bare context
 manager (timed on the same event loop), and the 10,000-endpoint cost as a multiple of
 the 10-endpoint cost, on Trio and then on asyncio; then (Trio) the cost of recording
-outcomes with rate windows enabled, as a multiple of the default circuit's cost. Every
+outcomes with rate windows enabled, as a multiple of the default circuit's cost; then the
+cost of load control (slow start, concurrency caps, adaptive limits: docs/overload.md) at
+10 endpoints, as a multiple of the same policy with it off (issue 36's goal: slow start
+and adaptive limits together at most 1.3x). Every
 row's balancer (or peer) runs side by side with the others, and they are timed in
 interleaved rounds, each sample against a bare ``async with`` timed right before it; a
 figure is the median over the rounds, so a change of the machine's load falls on every
@@ -35,9 +38,25 @@ from bench._timing import interleaved, median_cost, median_over_bare, per_round
 from bench.peers import PEERS
 
 
-def make_lb(policy: poise.Policy, size: int, circuit: poise.CircuitPolicy | None = None) -> poise.LoadBalancer:
+def make_lb(
+    policy: poise.Policy,
+    size: int,
+    circuit: poise.CircuitPolicy | None = None,
+    *,
+    max_in_flight: int | None = None,
+    concurrency: poise.AdaptiveConcurrency | None = None,
+    slow_start: poise.SlowStart | None = None,
+) -> poise.LoadBalancer:
     eps = [poise.Endpoint(f"e{i}", address=("127.0.0.1", 10000 + i % 50000)) for i in range(size)]
-    return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=policy, circuit=circuit, seed=1)
+    return poise.LoadBalancer(
+        poise.StaticDiscovery(eps),
+        policy=policy,
+        circuit=circuit,
+        seed=1,
+        max_in_flight=max_in_flight,
+        concurrency=concurrency,
+        slow_start=slow_start,
+    )
 
 
 async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
@@ -64,8 +83,35 @@ CIRCUITS: list[tuple[str, Callable[[], poise.CircuitPolicy]]] = [
     ),
 ]
 
+LOADS: list[tuple[str, Callable[[poise.Policy], poise.LoadBalancer]]] = [
+    ("off", lambda policy: make_lb(policy, 10)),
+    ("max_in_flight=1000", lambda policy: make_lb(policy, 10, max_in_flight=1000)),
+    ("SlowStart()", lambda policy: make_lb(policy, 10, slow_start=poise.SlowStart())),
+    (
+        "AdaptiveConcurrency(Gradient2())",
+        lambda policy: make_lb(policy, 10, concurrency=poise.AdaptiveConcurrency(poise.Gradient2())),
+    ),
+    (
+        "AdaptiveConcurrency(AIMD())",
+        lambda policy: make_lb(policy, 10, concurrency=poise.AdaptiveConcurrency(poise.AIMD())),
+    ),
+    (
+        "SlowStart() + Gradient2()",
+        lambda policy: make_lb(
+            policy, 10, slow_start=poise.SlowStart(), concurrency=poise.AdaptiveConcurrency(poise.Gradient2())
+        ),
+    ),
+]
+"""Load-control rows, each timed per policy at 10 endpoints; the first (all off) is the baseline.
 
-async def main(iterations: int, rounds: int, backend: str, *, windows: bool, peers: bool) -> None:
+A static pool's first members start together, so no endpoint ramps here: the slow-start
+rows measure what slow start costs every call while nothing ramps (a ramp lasts a window).
+"""
+LOAD_GOAL = 1.3
+"""Issue 36: slow start and adaptive limits on cost at most this multiple of them off."""
+
+
+async def main(iterations: int, rounds: int, backend: str, *, windows: bool, peers: bool, load: bool = True) -> None:
     async with contextlib.AsyncExitStack() as stack:
         bodies: list[Callable[[int], Awaitable[None]]] = []
         for _, policy in POLICIES:
@@ -82,6 +128,11 @@ async def main(iterations: int, rounds: int, backend: str, *, windows: bool, pee
         for _, circuit in CIRCUITS if windows else []:
             lb = await stack.enter_async_context(make_lb(poise.RoundRobin(), 10, circuit()))
             bodies.append(functools.partial(acquire_loop, lb))
+        first_load = len(bodies)
+        for _, policy in POLICIES if load else []:
+            for _, balancer in LOADS:
+                lb = await stack.enter_async_context(balancer(policy()))
+                bodies.append(functools.partial(acquire_loop, lb))
         samples = await interleaved(bodies, iterations, rounds)
 
     base = statistics.median(b for body in samples for _, b in body)
@@ -103,16 +154,26 @@ async def main(iterations: int, rounds: int, backend: str, *, windows: bool, pee
                 continue
             row = samples[index]
             print(f"{name:<36}{median_cost(row) * 1e6:>10.3f}{median_over_bare(row):>9.2f}")
-    if not windows:
-        return
-
-    print()
-    print(f"{'circuit (RoundRobin, 10 eps)':<34}{'us/call':>10}{'x bare':>9}{'x default':>11}")
-    default = samples[first_circuit]
-    for k, (name, _) in enumerate(CIRCUITS):
-        row = samples[first_circuit + k]
-        ratio = statistics.median(per_round(row, default))
-        print(f"{name:<34}{median_cost(row) * 1e6:>10.3f}{median_over_bare(row):>9.2f}{ratio:>11.2f}")
+    if windows:
+        print()
+        print(f"{'circuit (RoundRobin, 10 eps)':<34}{'us/call':>10}{'x bare':>9}{'x default':>11}")
+        default = samples[first_circuit]
+        for k, (name, _) in enumerate(CIRCUITS):
+            row = samples[first_circuit + k]
+            ratio = statistics.median(per_round(row, default))
+            print(f"{name:<34}{median_cost(row) * 1e6:>10.3f}{median_over_bare(row):>9.2f}{ratio:>11.2f}")
+    if load:
+        print()
+        print(f"load control, 10 eps (goal: slow start + adaptive at most {LOAD_GOAL}x off)")
+        print(f"{'policy':<19}{'load knobs':<34}{'us/call':>10}{'x bare':>9}{'x off':>8}")
+        for p, (policy_name, _) in enumerate(POLICIES):
+            first = first_load + p * len(LOADS)
+            off = samples[first]
+            for k, (name, _) in enumerate(LOADS):
+                row = samples[first + k]
+                ratio = statistics.median(per_round(row, off))
+                cost = median_cost(row) * 1e6
+                print(f"{policy_name:<19}{name:<34}{cost:>10.3f}{median_over_bare(row):>9.2f}{ratio:>8.2f}")
 
 
 if __name__ == "__main__":
@@ -121,9 +182,16 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--backend", choices=["trio", "asyncio", "both"], default="both")
     parser.add_argument("--peers", action="store_true", help="also time the installed breaker libraries")
+    parser.add_argument("--no-load", action="store_true", help="skip the load-control rows")
     args = parser.parse_args()
     if args.backend in ("trio", "both"):
-        trio.run(functools.partial(main, args.iterations, args.rounds, "trio", windows=True, peers=args.peers))
+        trio.run(
+            functools.partial(
+                main, args.iterations, args.rounds, "trio", windows=True, peers=args.peers, load=not args.no_load
+            )
+        )
     if args.backend in ("asyncio", "both"):
         print()
-        asyncio.run(main(args.iterations, args.rounds, "asyncio", windows=False, peers=args.peers))
+        asyncio.run(
+            main(args.iterations, args.rounds, "asyncio", windows=False, peers=args.peers, load=not args.no_load)
+        )

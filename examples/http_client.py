@@ -4,7 +4,7 @@ Run: ``python examples/http_client.py`` (needs ``pip install 'poise_py[httpx,tri
 
 Three tiny HTTP servers start on 127.0.0.1: "alpha" is healthy, "bravo" answers 500 to
 everything, "charlie" is rate-limited (429, Retry-After: 30). An ``httpx.AsyncClient``
-with :class:`~poise_py.contrib.httpx.PoiseTransport` sends 60 requests; each may be
+from :func:`~poise_py.contrib.httpx.balanced_client` sends 60 requests; each may be
 retried on another server. bravo is ejected after a few strikes, charlie is
 skipped for its Retry-After without a strike, and every request gets an answer. The
 balancer's events and counters are printed at the end.
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import logging
 
-import httpx
 import trio
 
 import poise_py as poise
-from poise_py.contrib.httpx import PoiseTransport
+from poise_py.contrib.httpx import balanced_client
 
 FAULTS = {"alpha": None, "bravo": (500, None), "charlie": (429, "30")}
 
@@ -60,9 +59,8 @@ async def main() -> None:
         )
         events: list[str] = []
         lb.add_observer(lambda e: events.append(f"{type(e).__name__}({getattr(e, 'endpoint_id', '')})"))
-        transport = PoiseTransport(lb, attempts=3)
         answered: dict[str, int] = {}
-        async with lb, httpx.AsyncClient(transport=transport, base_url="http://inventory.internal") as client:
+        async with lb, balanced_client(lb, "http://inventory.internal", attempts=3) as client:
             for i in range(60):
                 response = await client.get(f"/items/{i}")
                 answered[response.text] = answered.get(response.text, 0) + 1

@@ -32,6 +32,10 @@ from ._core._circuit import CircuitState as CircuitState
 from ._core._circuit_policy import CircuitPolicy as CircuitPolicy
 from ._core._circuit_policy import CountWindow as CountWindow
 from ._core._circuit_policy import TimeWindow as TimeWindow
+from ._core._concurrency import AIMD as AIMD
+from ._core._concurrency import AdaptiveConcurrency as AdaptiveConcurrency
+from ._core._concurrency import Gradient2 as Gradient2
+from ._core._concurrency import SlowStart as SlowStart
 from ._core._ejection import Backoff as Backoff
 from ._core._ejection import Escalation as Escalation
 from ._core._ejection import HardCap as HardCap
@@ -79,6 +83,7 @@ from ._errors import IneligibleReason as IneligibleReason
 from ._errors import NoEligibleEndpoints as NoEligibleEndpoints
 from ._errors import NotDraining as NotDraining
 from ._errors import NotRunning as NotRunning
+from ._errors import Overloaded as Overloaded
 from ._errors import PermitError as PermitError
 from ._errors import PoiseError as PoiseError
 from ._errors import ProbeFailed as ProbeFailed
@@ -95,6 +100,7 @@ from ._events import BalancerEvent as BalancerEvent
 from ._events import CircuitClosed as CircuitClosed
 from ._events import CircuitHalfOpened as CircuitHalfOpened
 from ._events import CircuitOpened as CircuitOpened
+from ._events import ConcurrencyLimitChanged as ConcurrencyLimitChanged
 from ._events import CoordinationFallback as CoordinationFallback
 from ._events import DiscoveryApplied as DiscoveryApplied
 from ._events import DiscoveryRejected as DiscoveryRejected
@@ -106,6 +112,8 @@ from ._events import NoEligibleCleared as NoEligibleCleared
 from ._events import NoEligiblePersisting as NoEligiblePersisting
 from ._events import PanicEnded as PanicEnded
 from ._events import PanicStarted as PanicStarted
+from ._events import SlowStartBegan as SlowStartBegan
+from ._events import SlowStartEnded as SlowStartEnded
 from ._faults import Classification as Classification
 from ._faults import Fault as Fault
 from ._logs import LogLimit as LogLimit

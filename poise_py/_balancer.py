@@ -30,14 +30,15 @@ from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
 from ._core._budget import Budget, RetryBudget
 from ._core._circuit_policy import CircuitPolicy
+from ._core._concurrency import AdaptiveConcurrency, LoadPolicy, SlowStart
 from ._core._health_schedule import HealthCheck
 from ._core._pool import Pool
 from ._core._record import EndpointState
 from ._core._routing import Panic, Routing
 from ._core._selection import Policy, PowerOfTwoChoices
-from ._discovery import DiscoveryEnd, StaticDiscovery, Update
+from ._discovery import DiscoveryEnd, Snapshot, StaticDiscovery, Update
 from ._dispatch import BalancerListener, PermitExit
-from ._endpoint import AdminStatus
+from ._endpoint import MAX_IN_FLIGHT_LIMIT, AdminStatus, Endpoint
 from ._errors import (
     AlreadyRunning,
     ConfigError,
@@ -47,13 +48,14 @@ from ._errors import (
     NotDraining,
     NotRunning,
     ReadyTimeout,
+    WrongThread,
 )
 from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected
-from ._faults import Fault
+from ._faults import Classification
 from ._health_runner import HealthRunner
 from ._internal import BalancerInternals
 from ._issuer import PermitIssuer
-from ._knobs import check_duration
+from ._knobs import check_count, check_duration
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._retry import call_with_retries
@@ -105,6 +107,15 @@ class LoadBalancer(PermitIssuer):
         routing: tier spillover and zone preference (default :class:`Routing`: factor 1.4,
             no zone preference).
         panic: opt-in panic routing (:class:`Panic`); None, the default, never panics.
+        max_in_flight: at most this many calls in flight to one endpoint (an endpoint's
+            metadata ``"max_in_flight"`` overrides it); an endpoint at its cap is not a
+            candidate, and when every candidate is, ``acquire`` raises :class:`Overloaded`.
+            Default None: no cap (docs/overload.md).
+        concurrency: adapt each endpoint's limit from its calls
+            (:class:`AdaptiveConcurrency` with :class:`Gradient2` or :class:`AIMD`); under
+            ``max_in_flight`` when both are set. Default None.
+        slow_start: ramp an endpoint that joins or comes back up over a window
+            (:class:`SlowStart`, Envoy's formula). Default None.
     """
 
     def __init__(
@@ -127,21 +138,24 @@ class LoadBalancer(PermitIssuer):
         coordination: Coordination | None = None,
         routing: Routing | None = None,
         panic: Panic | None = None,
+        max_in_flight: int | None = None,
+        concurrency: AdaptiveConcurrency | None = None,
+        slow_start: SlowStart | None = None,
     ) -> None:
         if not hasattr(discovery, "__aiter__"):
-            raise ConfigError("discovery", f"must be an async iterable of updates, got {discovery!r}")
+            raise ConfigError("discovery", _discovery_problem(discovery))
         policy = PowerOfTwoChoices() if policy is None else policy
         if isinstance(policy, type):
             raise ConfigError(
                 "policy", f"must be a policy instance, got the class {policy.__name__}: write {policy.__name__}()"
             )
         if not callable(getattr(policy, "bind", None)):
-            raise ConfigError("policy", f"must be a selection policy, got {policy!r}")
+            raise ConfigError("policy", _policy_problem(policy))
         circuit = CircuitPolicy() if circuit is None else circuit
         if not isinstance(circuit, CircuitPolicy):
             raise ConfigError("circuit", f"must be a CircuitPolicy, got {circuit!r}")
         if not callable(classifier):
-            raise ConfigError("classifier", f"must be callable, got {classifier!r}")
+            raise ConfigError("classifier", classifier_problem(classifier))
         if not isinstance(on_discovery_end, DiscoveryEnd):
             raise ConfigError("on_discovery_end", f"must be a DiscoveryEnd, got {on_discovery_end!r}")
         retry_budget = RetryBudget() if retry_budget is None else retry_budget
@@ -149,6 +163,8 @@ class LoadBalancer(PermitIssuer):
             raise ConfigError("retry_budget", f"must be a RetryBudget, got {retry_budget!r}")
         if clock is not None and not callable(clock):
             raise ConfigError("clock", f"must be callable, got {clock!r}")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise ConfigError("seed", f"must be an int or None, got {seed!r:.80}")
         if no_eligible_alert_after is not None:
             no_eligible_alert_after = check_duration("no_eligible_alert_after", no_eligible_alert_after)
         log_limit = LogLimit() if log_limit is None else log_limit
@@ -170,6 +186,15 @@ class LoadBalancer(PermitIssuer):
             raise ConfigError("routing", f"must be a Routing, got {routing!r}")
         if panic is not None and not isinstance(panic, Panic):
             raise ConfigError("panic", f"must be a Panic or None, got {panic!r}")
+        if max_in_flight is not None:
+            check_count("max_in_flight", max_in_flight, maximum=MAX_IN_FLIGHT_LIMIT)
+        if concurrency is not None and not isinstance(concurrency, AdaptiveConcurrency):
+            raise ConfigError(
+                "concurrency", f"must be a poise.AdaptiveConcurrency(...) or None, got {concurrency!r:.80}"
+            )
+        if slow_start is not None and not isinstance(slow_start, SlowStart):
+            raise ConfigError("slow_start", f"must be a poise.SlowStart(...) or None, got {slow_start!r:.80}")
+        load = LoadPolicy(max_in_flight=max_in_flight, adaptive=concurrency, slow_start=slow_start)
         self._discovery = discovery
         self._on_end = on_discovery_end
         self._clock_arg = clock
@@ -178,7 +203,7 @@ class LoadBalancer(PermitIssuer):
         self._drain_waiters: dict[EndpointState, anyio.Event] = {}
         self._timer = Timer()
         listener = BalancerListener(self._now, self._timer.wake, self._drain_waiters)
-        self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener)
+        self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener, load=load)
         self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed)
         self._health: HealthRunner | None = None
         if health_check is not None:
@@ -304,6 +329,18 @@ class LoadBalancer(PermitIssuer):
         """True inside the balancer's ``async with`` block."""
         return self._running
 
+    def _on_owner_thread(self, method: str, *, hand_over: str = "anyio.from_thread.run_sync") -> None:
+        """Refuse a mutating call from a thread other than the one running the balancer.
+
+        Raises:
+            WrongThread: the balancer is running and this is not its event loop's thread.
+        """
+        if self._running and get_ident() != self._owner:
+            raise WrongThread(
+                f"{method} was called from another thread: a LoadBalancer belongs to the event loop that "
+                f"runs its `async with` block; hand the call to that loop ({hand_over})"
+            )
+
     # -- calls (acquire is PermitIssuer's: poise_py/_issuer.py) ---------------------------
 
     async def call(
@@ -335,8 +372,8 @@ class LoadBalancer(PermitIssuer):
         """Retries :meth:`call` skipped because the retry budget was spent."""
         return self._budget.denied
 
-    def _exit_verdict(self, exc: BaseException, endpoint_id: str) -> tuple[Fault, float | None] | None:
-        """How a permit block left by ``exc`` is recorded: (fault, retry_after), or None to cancel."""
+    def _exit_verdict(self, exc: BaseException, endpoint_id: str) -> Classification | None:
+        """How a permit block left by ``exc`` is recorded, or None to cancel."""
         if isinstance(exc, BaseExceptionGroup):
             _, rest = exc.split(self._cancelled)
             leaf = _first_exception(rest) if rest is not None else None
@@ -356,10 +393,16 @@ class LoadBalancer(PermitIssuer):
         change bumps the endpoint's probe generation, so a probe in flight cannot
         overwrite it. AUTO hands the endpoint back to fresh probes and to its circuit, and
         also clears a PERMANENT block or a hard-cap retirement (a fresh circuit).
+
+        Raises:
+            KeyError: no live endpoint has this id.
+            ConfigError: ``status`` is not an :class:`AdminStatus`.
+            WrongThread: called from a thread other than the running balancer's.
         """
+        self._on_owner_thread("set_status()")
         if not isinstance(status, AdminStatus):
             raise ConfigError("status", f"must be an AdminStatus, got {status!r}")
-        state = self._pool.set_admin(endpoint_id, status)
+        state = self._pool.set_admin(endpoint_id, status, self._clock())
         if status is AdminStatus.AUTO and state.circuit.parked:
             self._pool.reset_circuit(state, self._clock())
         if self._health is not None:
@@ -380,7 +423,9 @@ class LoadBalancer(PermitIssuer):
             KeyError: no live endpoint has this id.
             NotDraining: the endpoint is not DRAINING or DISABLED, or an operator moved it
                 out of those statuses while permits were still in flight.
+            WrongThread: called from a thread other than the running balancer's.
         """
+        self._on_owner_thread("drained()", hand_over="anyio.from_thread.run")
         state = self._pool.members[endpoint_id]
         pool = self._pool
         while True:
@@ -421,7 +466,9 @@ class LoadBalancer(PermitIssuer):
         (counted in ``stream.dropped``) and never slows the balancer. The stream ends when
         the balancer stops, so start the reading task in a task group that outlives
         ``async with lb``, or close the stream yourself (``async with lb.events() as s:``).
+        Subscribe on the balancer's own thread (:class:`WrongThread` otherwise).
         """
+        self._on_owner_thread("events()")
         return self._telemetry.subscribe(buffer)
 
     def add_observer(self, observer: Observer) -> None:
@@ -429,12 +476,15 @@ class LoadBalancer(PermitIssuer):
 
         The callback runs inside the balancer's bookkeeping: it must not block, and should
         not call back into the balancer (hand the event to a task instead). An exception
-        it raises is logged (rate-limited) and otherwise ignored.
+        it raises is logged (rate-limited) and otherwise ignored. Add it on the balancer's
+        own thread (:class:`WrongThread` otherwise).
         """
+        self._on_owner_thread("add_observer()")
         self._telemetry.add_observer(observer)
 
     def remove_observer(self, observer: Observer) -> None:
-        """Stop calling ``observer`` (ValueError if it was not added)."""
+        """Stop calling ``observer`` (ValueError if it was not added; WrongThread from another thread)."""
+        self._on_owner_thread("remove_observer()")
         self._telemetry.remove_observer(observer)
 
     def add_call_observer(self, observer: CallObserver) -> None:
@@ -446,14 +496,22 @@ class LoadBalancer(PermitIssuer):
         is recorded, on every call: keep it cheap, never block. An exception it raises is
         logged (rate-limited) and otherwise ignored. A permit garbage-collected without a
         report is counted as a cancellation but not observed. With no call observer,
-        permits pay nothing for this.
+        permits pay nothing for this. Add it on the balancer's own thread
+        (:class:`WrongThread` otherwise).
         """
+        self._on_owner_thread("add_call_observer()")
         if not callable(observer):
             raise ConfigError("observer", f"must be callable, got {observer!r}")
         self._call_observers = (*self._call_observers, observer)
 
     def remove_call_observer(self, observer: CallObserver) -> None:
-        """Stop calling ``observer`` for permits issued from now on (ValueError if it was not added)."""
+        """Stop calling ``observer`` for permits issued from now on.
+
+        Raises:
+            ValueError: ``observer`` was not added.
+            WrongThread: called from a thread other than the running balancer's.
+        """
+        self._on_owner_thread("remove_call_observer()")
         observers = list(self._call_observers)
         observers.remove(observer)
         self._call_observers = tuple(observers)
@@ -558,7 +616,9 @@ class LoadBalancer(PermitIssuer):
             DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
             EmptyPool: the stream ended (last-known-good) without delivering an endpoint.
             NotRunning: outside ``async with lb`` (also if the balancer stops meanwhile).
+            WrongThread: called from a thread other than the running balancer's.
         """
+        self._on_owner_thread("wait_ready()", hand_over="anyio.from_thread.run")
         if timeout is not None:
             timeout = check_duration("timeout", timeout, allow_zero=True)
         membership = self._membership
@@ -594,6 +654,62 @@ class LoadBalancer(PermitIssuer):
     def _now(self) -> float:
         """The current clock reading (the clock is chosen again by ``async with``)."""
         return self._clock()
+
+
+def _discovery_problem(discovery: object) -> str:
+    """Why ``discovery`` is refused, ending with what to write instead."""
+    got = f"{discovery!r:.80}"
+    if isinstance(discovery, Endpoint) or (
+        isinstance(discovery, list | tuple) and discovery and all(isinstance(e, Endpoint) for e in discovery)
+    ):
+        return f"must be a discovery source, got endpoints {got}: wrap them, discovery=poise.StaticDiscovery([...])"
+    if isinstance(discovery, Snapshot):
+        return "must be a discovery source, got one Snapshot: write discovery=poise.StaticDiscovery(snapshot.endpoints)"
+    return (
+        f"must be an async iterable of Snapshot/Delta updates, got {got}: use poise.StaticDiscovery([...]), "
+        "a DiscoveryPublisher().subscribe(), DnsDiscovery(...) or FileDiscovery(...)"
+    )
+
+
+_POLICIES = {
+    "PowerOfTwoChoices": ("p2c", "power_of_two", "power_of_two_choices", "least_request", "leastrequest"),
+    "RoundRobin": ("rr", "round_robin", "roundrobin"),
+    "Random": ("random",),
+    "WeightedRoundRobin": ("wrr", "weighted_round_robin", "weightedroundrobin"),
+    "WeightedRandom": ("weighted_random", "weightedrandom"),
+    "PeakEwma": ("ewma", "peak_ewma", "peakewma"),
+    "ConsistentHash": ("hash", "consistent_hash", "consistenthash", "ring_hash", "ringhash", "maglev"),
+}
+"""The policies a string such as ``"p2c"`` or ``"round-robin"`` most likely meant."""
+
+
+def _policy_problem(policy: object) -> str:
+    """Why ``policy`` is refused, ending with the policy instance to write."""
+    got = f"{policy!r:.80}"
+    if isinstance(policy, str):
+        name = policy.strip().lower().replace("-", "_").replace(" ", "_")
+        for cls, aliases in _POLICIES.items():
+            if name in aliases or name == cls.lower():
+                return f"must be a selection policy instance, not the string {got}: write policy=poise.{cls}()"
+    choices = ", ".join(f"poise.{cls}()" for cls in _POLICIES)
+    return f"must be a selection policy instance, got {got}: write one of {choices}"
+
+
+def classifier_problem(classifier: object) -> str:
+    """Why ``classifier`` is refused (it is not callable), ending with the classifier to write."""
+    got = f"{classifier!r:.80}"
+    if isinstance(classifier, str):
+        name = classifier.strip().lower()
+        preset = "http" if name in ("http", "https", "httpx") else "grpc" if name in ("grpc", "grpc.aio") else None
+        if preset is not None:
+            return (
+                f"must be a function exception -> Fault, not the string {got}: "
+                f"write classifier=poise.classify.{preset}()"
+            )
+    return (
+        f"must be a function exception -> Fault, got {got}: write poise.default_classifier, "
+        "poise.classify.http(), poise.classify.grpc() or your own function"
+    )
 
 
 def _reread(read: Callable[[float], T], clock: Callable[[], float]) -> T:

@@ -69,9 +69,9 @@ class ObservedPermit(Permit):
         super().succeed()
         self._report(None, cancelled=False)
 
-    def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None) -> None:
+    def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None, overload: bool = False) -> None:
         """Report a failure of tier ``fault``."""
-        super().fail(fault, retry_after=retry_after)
+        super().fail(fault, retry_after=retry_after, overload=overload)
         self._report(fault, cancelled=False)
 
     def cancel(self) -> None:

@@ -31,12 +31,15 @@ class FaultError(Exception):
     Attributes:
         fault: the tier to record.
         retry_after: optional seconds the server asked for.
+        overload: the failure is load-shaped (see :class:`Classification`).
     """
 
     poise_fault: Classification
 
-    def __init__(self, fault: Fault, message: str = "", *, retry_after: float | None = None) -> None:
-        self.poise_fault = Classification(fault, retry_after=retry_after)
+    def __init__(
+        self, fault: Fault, message: str = "", *, retry_after: float | None = None, overload: bool = False
+    ) -> None:
+        self.poise_fault = Classification(fault, retry_after=retry_after, overload=overload)
         super().__init__(message or fault.value)
 
 
@@ -48,11 +51,16 @@ def default_classifier(exc: BaseException) -> Fault | Classification:
     - poise_py's own errors and programming errors in the caller's code (``TypeError``,
       ``ValueError``, ``KeyError``...) are CALLER: they say nothing about the endpoint;
     - everything else (``OSError``, ``TimeoutError``, protocol errors) is SUSPECT: a strike,
-      never an ejection on its own.
+      never an ejection on its own; a ``TimeoutError`` is load-shaped (``overload=True``).
     """
     marked = getattr(exc, "poise_fault", None)
     if isinstance(marked, Fault | Classification):
         return marked
     if isinstance(exc, (PoiseError, *_CALLER_ERRORS)) and not isinstance(exc, OSError):
         return Fault.CALLER
+    if isinstance(exc, TimeoutError):
+        return _TIMED_OUT
     return Fault.SUSPECT
+
+
+_TIMED_OUT = Classification(Fault.SUSPECT, overload=True)

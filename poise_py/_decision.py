@@ -23,6 +23,9 @@ class DecisionMode(enum.Enum):
     DEGRADED = "degraded"
     """From a tier's degraded endpoints (a trip ``max_ejection_percent`` refused): reserve
     capacity, used only when the healthy endpoints of every tier lack capacity."""
+    LIMITED = "limited"
+    """From another endpoint because the one picked first was at its concurrency limit
+    (``max_in_flight`` or an adaptive limit): the call spilled instead of queueing."""
 
 
 @attrs.frozen
@@ -32,7 +35,7 @@ class Decision:
     Decisions are interned: every permit with the same mode and tier shares one object.
 
     Attributes:
-        mode: HEALTHY, SPILLOVER, PANIC or DEGRADED.
+        mode: HEALTHY, SPILLOVER, PANIC, DEGRADED or LIMITED.
         tier: the tier the endpoint was chosen from.
     """
 

@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 import poise_py as poise
+from poise_py._knobs import check_count
 from poise_py.sim._engine import percentile
 
 MAX_HEADER = 16_384
@@ -423,7 +424,12 @@ def _port_problem(port: int) -> str | None:
 
 
 def run_demo(*, requests: int = 3000, seed: int = 7, live: bool = True, web: int | None = None) -> int:
-    """Run the demo; print the summary; 0 when poise_py came out ahead (2: the web port is taken)."""
+    """Run the demo; print the summary; 0 when poise_py came out ahead (2: the web port is taken).
+
+    Raises:
+        ConfigError: ``requests`` is not an int >= 1.
+    """
+    check_count("requests", requests)
     if web:
         problem = _port_problem(web)
         if problem is not None:

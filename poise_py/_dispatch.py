@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._events import PanicEnded, PanicStarted
+from ._events import ConcurrencyLimitChanged, PanicEnded, PanicStarted, SlowStartBegan, SlowStartEnded
 
 if TYPE_CHECKING:
     import anyio
@@ -22,11 +22,11 @@ if TYPE_CHECKING:
     from ._core._circuit import Ticket, Transition
     from ._core._pool import Pool
     from ._core._record import EndpointState
-    from ._faults import Fault
+    from ._faults import Classification, Fault
     from ._membership import Membership
     from ._telemetry import Telemetry
 
-Verdict = Callable[[BaseException, str], "tuple[Fault, float | None] | None"]
+Verdict = Callable[[BaseException, str], "Classification | None"]
 """How a permit block left by an exception is recorded: (fault, retry_after), or None to cancel."""
 
 
@@ -59,11 +59,18 @@ class PermitExit:
         self.pool.succeed(state, ticket, self.clock.now() if state.clocked else 0.0, started)
 
     def finish(
-        self, state: EndpointState, ticket: Ticket, started: float, fault: Fault, retry_after: float | None
+        self,
+        state: EndpointState,
+        ticket: Ticket,
+        started: float,
+        fault: Fault,
+        retry_after: float | None,
+        *,
+        overload: bool = False,
     ) -> None:
-        """Record a fault of tier ``fault``."""
+        """Record a fault of tier ``fault`` (``overload``: load-shaped, see :class:`Classification`)."""
         now = self.clock.now()
-        self.pool.complete(state, ticket, fault, now, latency=now - started, retry_after=retry_after)
+        self.pool.complete(state, ticket, fault, now, latency=now - started, retry_after=retry_after, overload=overload)
 
     def finish_exc(self, state: EndpointState, ticket: Ticket, started: float, exc: BaseException) -> Fault | None:
         """Record the end of a block left by ``exc``: the classified fault, or (None) a cancellation."""
@@ -71,8 +78,8 @@ class PermitExit:
         if verdict is None:
             self.pool.cancel(state, ticket)
             return None
-        self.finish(state, ticket, started, verdict[0], verdict[1])
-        return verdict[0]
+        self.finish(state, ticket, started, verdict.fault, verdict.retry_after, overload=verdict.overload)
+        return verdict.fault
 
     def cancel(self, state: EndpointState, ticket: Ticket) -> None:
         """Release a permit that ended without an outcome."""
@@ -151,3 +158,16 @@ class BalancerListener:
         """Hand a freed leased probe slot back to the fleet."""
         if self.coordinator is not None:
             self.coordinator.probe_result(state)
+
+    def ramp(self, state: EndpointState, *, started: bool) -> None:
+        """SlowStartBegan / SlowStartEnded."""
+        if self.telemetry is not None:
+            event = SlowStartBegan if started else SlowStartEnded
+            self.telemetry.emit(event(at=self.clock(), endpoint_id=state.endpoint.id))
+
+    def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
+        """ConcurrencyLimitChanged (the pool reports a step, not every nudge)."""
+        if self.telemetry is not None:
+            self.telemetry.emit(
+                ConcurrencyLimitChanged(at=self.clock(), endpoint_id=state.endpoint.id, limit=limit, previous=previous)
+            )

@@ -14,6 +14,10 @@ from ._knobs import check_count
 
 MAX_WEIGHT = 2**32
 """The largest weight one endpoint may carry; totals are checked against overflow."""
+MAX_IN_FLIGHT = "max_in_flight"
+"""The metadata key that sets one endpoint's concurrency cap (over the balancer's ``max_in_flight``)."""
+MAX_IN_FLIGHT_LIMIT = 1 << 20
+"""The largest cap a balancer or an endpoint may set."""
 
 
 def _freeze_metadata(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -36,7 +40,8 @@ class Endpoint:
         tier: priority level, 0 first; traffic spills to higher tiers as health falls.
         zone: optional locality label.
         metadata: free-form, read-only; compared by equality (an update that changes it is an
-            update), not hashed.
+            update), not hashed. One key is read: ``"max_in_flight"`` (an int >= 1), this
+            endpoint's concurrency cap over the balancer's ``max_in_flight``.
     """
 
     id: str
@@ -55,6 +60,9 @@ class Endpoint:
         check_count("Endpoint.tier", self.tier, minimum=0)
         if self.zone is not None and not isinstance(self.zone, str):
             raise ConfigError("Endpoint.zone", f"must be a string or None, got {self.zone!r:.80}")
+        cap = self.metadata.get(MAX_IN_FLIGHT)
+        if cap is not None:
+            check_count(f"Endpoint.metadata[{MAX_IN_FLIGHT!r}]", cap, maximum=MAX_IN_FLIGHT_LIMIT)
 
 
 class AdminStatus(enum.Enum):

@@ -80,6 +80,26 @@ class NoEligibleEndpoints(SelectionError):  # noqa: N818 - the contract's name
         super().__init__(f"none of {total} endpoints is eligible ({parts or 'no reason'})")
 
 
+class Overloaded(SelectionError):  # noqa: N818 - reads as a state, like the contract's names
+    """Raised by ``acquire`` when every candidate endpoint is at its concurrency limit.
+
+    A call shed at once instead of queueing into a timeout: the endpoints are healthy but
+    full (``max_in_flight``, or the limit :class:`~poise_py.AdaptiveConcurrency` learned).
+    Back off, or shed the request upstream (HTTP 503, gRPC RESOURCE_EXHAUSTED).
+
+    Attributes:
+        at_limit: how many candidate endpoints were at their limit.
+        retry_after: when a slot is likely to free up, on the balancer's clock (now plus
+            the shortest typical call an adaptive limit has measured among them), or None
+            when no call duration is known.
+    """
+
+    def __init__(self, at_limit: int, *, retry_after: float | None = None) -> None:
+        self.at_limit = at_limit
+        self.retry_after = retry_after
+        super().__init__(f"every candidate endpoint is at its concurrency limit ({at_limit} at their limit)")
+
+
 class DiscoveryClosed(SelectionError):  # noqa: N818 - the contract's name
     """Raised by ``acquire`` after the discovery stream ended under ``DiscoveryEnd.FAIL_CLOSED``."""
 
@@ -169,19 +189,21 @@ class UnknownIdentity(DiscoveryError):  # noqa: N818 - reads as a state
 
 
 class EndpointFactoryError(DiscoveryError):
-    """The endpoint factory raised; the previous pool stays live and the cause is chained.
+    """The endpoint factory raised; the previous pool (if any) stays live and the cause is chained.
 
     Raised while applying an update (reported, and the stream goes on) or by ``async
     with lb`` for a static list. Nothing of the update was applied, and whatever the
-    factory had already built for it was handed to ``endpoint_close``.
+    factory had already built for it was handed to ``endpoint_close``. The message ends
+    with the cause's type and message (redacted and bounded), which usually says what to
+    do.
 
     Attributes:
         endpoint_id: the endpoint whose construction failed.
     """
 
-    def __init__(self, endpoint_id: str) -> None:
+    def __init__(self, endpoint_id: str, problem: str = "the previous pool stays live") -> None:
         self.endpoint_id = endpoint_id
-        super().__init__(f"the endpoint factory failed for {endpoint_id!r}; the previous pool stays live")
+        super().__init__(f"the endpoint factory failed for {endpoint_id!r}; {problem}")
 
 
 class WeightOverflow(ConfigError, DiscoveryError):  # noqa: N818 - reads as a state

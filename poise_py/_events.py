@@ -3,6 +3,11 @@
 Every event is a frozen value carrying ``at``, the balancer clock's reading when it
 happened. Match them by type (``match event: case poise.CircuitOpened(): ...``); the
 fields say what happened, never a message to parse.
+
+An event's ``error`` and ``storage`` are text from outside (a storage's value, a
+discovery source's complaint): they are redacted and bounded as the event is made
+(:mod:`poise_py._redact`), so an event never holds a 4 MB message or a password however
+it is shown. Endpoint ids are left whole: they are the keys a program matches on.
 """
 
 from __future__ import annotations
@@ -14,10 +19,27 @@ import attrs
 
 from ._core._circuit import Cause, CircuitState
 from ._errors import DiscoveryError, IneligibleReason, SelectionError
+from ._redact import shown, shown_error
 
 
 def _frozen_reasons(value: Mapping[IneligibleReason, int]) -> Mapping[IneligibleReason, int]:
     return MappingProxyType(dict(value))
+
+
+def _shown_error(error: BaseException) -> BaseException:
+    return shown_error(error)
+
+
+def _shown_discovery_error(error: DiscoveryError) -> DiscoveryError:
+    return shown_error(error)
+
+
+def _shown_selection_error(error: SelectionError) -> SelectionError:
+    return shown_error(error)
+
+
+def _shown_text(text: str) -> str:
+    return shown(text)
 
 
 @attrs.frozen(kw_only=True)
@@ -173,11 +195,12 @@ class DiscoveryRejected(BalancerEvent):
 
     Attributes:
         revision: the rejected update's revision (None if it carried none).
-        error: the typed reason (:class:`StaleRevision`, :class:`DuplicateIdentity`...).
+        error: the typed reason (:class:`StaleRevision`, :class:`DuplicateIdentity`...),
+            its message redacted and bounded.
     """
 
     revision: int | None
-    error: DiscoveryError
+    error: DiscoveryError = attrs.field(converter=_shown_discovery_error)
 
 
 @attrs.frozen(kw_only=True)
@@ -215,13 +238,13 @@ class NoEligiblePersisting(BalancerEvent):
 
     Attributes:
         since: when the first failed selection of this episode happened.
-        error: the last :class:`SelectionError` a caller got.
+        error: the last :class:`SelectionError` a caller got, its message redacted and bounded.
         reasons: how many endpoints were ineligible for each reason, when ``error`` says.
         total: how many endpoints the pool holds.
     """
 
     since: float
-    error: SelectionError
+    error: SelectionError = attrs.field(converter=_shown_selection_error)
     reasons: Mapping[IneligibleReason, int] = attrs.field(factory=dict, converter=_frozen_reasons, eq=False, hash=False)
     total: int
 
@@ -248,10 +271,56 @@ class CoordinationFallback(BalancerEvent):
             an endpoint's id when only its shared record is unusable (a key of another
             type, an unknown state, a field that is not a number: ``error`` says which
             key and what), reported once until the record is usable again.
-        error: what the storage raised, or what is wrong with the record.
-        storage: the storage, as its ``repr`` names it.
+        error: what the storage raised, or what is wrong with the record; its message is
+            redacted and bounded (a record's 4 MB field shows as its first 500
+            characters and its length).
+        storage: the storage, as its ``repr`` names it (redacted and bounded too).
     """
 
     endpoint_id: str | None
-    error: BaseException = attrs.field(eq=False, hash=False)
-    storage: str = ""
+    error: BaseException = attrs.field(eq=False, hash=False, converter=_shown_error)
+    storage: str = attrs.field(default="", converter=_shown_text)
+
+
+@attrs.frozen(kw_only=True)
+class SlowStartBegan(BalancerEvent):
+    """An endpoint began its slow start (``LoadBalancer(slow_start=...)``).
+
+    It joined a serving pool, or came back (its circuit closed after an ejection, active
+    health let it back, an operator re-enabled it); its share of the traffic now ramps up
+    over the window.
+
+    Attributes:
+        endpoint_id: the endpoint.
+    """
+
+    endpoint_id: str
+
+
+@attrs.frozen(kw_only=True)
+class SlowStartEnded(BalancerEvent):
+    """An endpoint's slow start is over: it gets its full weight (or it left, or was ejected again).
+
+    Attributes:
+        endpoint_id: the endpoint.
+    """
+
+    endpoint_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ConcurrencyLimitChanged(BalancerEvent):
+    """An endpoint's adaptive concurrency limit moved by more than a step since it was last reported.
+
+    Reported when the limit differs from the last reported one by at least a quarter of it
+    (and by at least 2), so a limit that creeps up one call at a time is not an event per call.
+
+    Attributes:
+        endpoint_id: the endpoint.
+        limit: the new limit (calls in flight).
+        previous: the limit last reported (the initial limit at first).
+    """
+
+    endpoint_id: str
+    limit: int
+    previous: int

@@ -37,13 +37,24 @@ class Classification:
         fault: the tier.
         retry_after: seconds the server asked us to stay away (HTTP Retry-After); the
             circuit opens for at least that long.
+        overload: the failure is load-shaped: a timeout, HTTP 503 or 504, gRPC
+            DEADLINE_EXCEEDED (the presets set it; a 429 is a quota, not load). While another
+            endpoint of the pool had such a failure within
+            ``CircuitPolicy.overload_window``, it is the pool's load, not this
+            endpoint's fault: counted, fed to adaptive limits, never a strike
+            (docs/overload.md, overload is not a fault).
     """
 
     fault: Fault
     retry_after: float | None = attrs.field(default=None, kw_only=True)
+    overload: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
+        if not isinstance(self.fault, Fault):
+            raise ConfigError("fault", f"must be a poise.Fault such as Fault.TRANSIENT, got {self.fault!r:.80}")
         check_retry_after(self.retry_after)
+        if not isinstance(self.overload, bool):
+            raise ConfigError("overload", f"must be a bool, got {self.overload!r:.80}")
 
 
 def check_retry_after(value: float | None) -> None:

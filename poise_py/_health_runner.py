@@ -68,13 +68,13 @@ class HealthRunner:
         members = self._pool.members
         for endpoint_id in added:
             scheduler.add(endpoint_id, now)
-            self._publish(members[endpoint_id], HealthStatus.UNKNOWN)
+            self._publish(members[endpoint_id], HealthStatus.UNKNOWN, now)
         self.wake()
 
     def set_admin(self, state: EndpointState, status: AdminStatus, now: float) -> None:
         """Apply an operator status: a change bumps the probe generation (see the scheduler)."""
         if self.scheduler.set_admin(state.endpoint.id, status, now):
-            self._publish(state, self.scheduler.status(state.endpoint.id))
+            self._publish(state, self.scheduler.status(state.endpoint.id), now)
             self.wake()
 
     def settle(
@@ -103,7 +103,7 @@ class HealthRunner:
         decided = verdict(self.check, before, status, result, epoch=epoch, current_epoch=state.circuit.epoch)
         if decided.changed:
             self._log_change(endpoint_id, status, result, error)
-            self._pool.set_health(state, decided.refusal)
+            self._pool.set_health(state, decided.refusal, now)
             if self.on_change is not None:
                 self.on_change(state, before, status, now)
         if decided.uneject and self._pool.uneject(state, now):
@@ -120,8 +120,8 @@ class HealthRunner:
         scheduler = self.scheduler
         return scheduler.snapshot(endpoint_id) if endpoint_id in scheduler else None
 
-    def _publish(self, state: EndpointState, status: HealthStatus) -> None:
-        self._pool.set_health(state, refusal(self.check, status))
+    def _publish(self, state: EndpointState, status: HealthStatus, now: float) -> None:
+        self._pool.set_health(state, refusal(self.check, status), now)
 
     def _log_change(
         self, endpoint_id: str, status: HealthStatus, result: ProbeResult, error: BaseException | None

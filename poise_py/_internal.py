@@ -68,8 +68,8 @@ class BalancerInternals:
         """The balancer clock's reading."""
         return self._clock()
 
-    def classify(self, exc: Exception, endpoint_id: str | None = None) -> tuple[Fault, float | None]:
-        """``exc`` through the balancer's classifier: (fault, retry_after).
+    def classify(self, exc: Exception, endpoint_id: str | None = None) -> Classification:
+        """``exc`` through the balancer's classifier, as a :class:`Classification`.
 
         A classifier that raises, or returns something other than a Fault or a
         Classification, is logged (rate-limited, per endpoint) and read as SUSPECT.
@@ -85,11 +85,11 @@ class BalancerInternals:
                 endpoint_id,
                 exc_info=error,
             )
-            return Fault.SUSPECT, None
+            return _SUSPECT
         if isinstance(verdict, Fault):
-            return verdict, None
+            return _VERDICTS[verdict]
         if isinstance(verdict, Classification):
-            return verdict.fault, verdict.retry_after
+            return verdict
         self._log.log(
             logging.ERROR,
             (endpoint_id, "classifier"),
@@ -98,7 +98,7 @@ class BalancerInternals:
             verdict,
             endpoint_id,
         )
-        return Fault.SUSPECT, None
+        return _SUSPECT
 
     def retry_loop(self, attempts: int) -> RetryLoop:
         """A retry loop for one logical request on the balancer's budget (not started yet).
@@ -125,3 +125,8 @@ class BalancerInternals:
         task runs between its events; it fires them where it samples the pool.
         """
         self._timer.fire(now)
+
+
+_VERDICTS: dict[Fault, Classification] = {fault: Classification(fault) for fault in Fault}
+"""A bare fault's classification (built once: a classified failure allocates nothing)."""
+_SUSPECT = _VERDICTS[Fault.SUSPECT]

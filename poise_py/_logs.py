@@ -5,19 +5,58 @@ key lets ``burst`` lines through, then one line per ``interval / burst`` seconds
 lines held back are counted and the next line that passes says how many. The number of
 keys is bounded (the least recently used is forgotten), so memory stays bounded however
 many endpoints come and go.
+
+Every record of the ``poise_py`` logger also passes :class:`ShownText`, whoever writes it:
+ids, addresses, storage values and error messages come from outside the process, so each
+string or exception a line carries is redacted and bounded (:mod:`poise_py._redact`)
+before any handler formats it. A 200 KB endpoint id makes a line of about 600 characters
+that ends with ``… (200000 characters)``, and ``https://user:pass@host/?token=...`` is
+written ``https://***@host/?token=***``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 import attrs
 
 from ._knobs import check_count, check_duration
+from ._redact import shown, shown_error, shown_value
 
 logger = logging.getLogger("poise_py")
+
+
+class ShownText(logging.Filter):
+    """Redacts and bounds the outside text of a log record: its arguments and its exception.
+
+    A logger's filter may change the record it passes (the stdlib's way to add context);
+    this one replaces each string or exception argument by its shown form, the message
+    itself when it has no arguments, and the exception of ``exc_info`` (with its chain) by
+    a copy whose messages are shown. Numbers and other objects pass as they are.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Show the record's text; never drops a record."""
+        args = record.args
+        if isinstance(args, Mapping):
+            record.args = {k: shown_value(v) for k, v in args.items()}
+        elif args:
+            record.args = tuple(shown_value(a) for a in args)
+        elif isinstance(record.msg, str):
+            record.msg = shown(record.msg)
+        exc_info = record.exc_info
+        if exc_info is not None and exc_info[1] is not None:
+            error = shown_error(exc_info[1])
+            if error is not exc_info[1]:
+                record.exc_info = (type(error), error, exc_info[2])
+        return True
+
+
+SHOWN_TEXT = ShownText()
+"""The one filter, on the ``poise_py`` logger (and the status page's server log)."""
+logger.addFilter(SHOWN_TEXT)
 
 
 def _interval(value: float) -> float:

@@ -42,8 +42,10 @@ from typing import Any, TypeAlias
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 
+from ._core import _directory
 from ._core._directory import Changes, Directory
 from ._core._pool import Pool
 from ._core._readiness import Quarantine
@@ -52,6 +54,7 @@ from ._discovery import Update
 from ._endpoint import Endpoint
 from ._errors import EndpointFactoryError, IneligibleReason, ReadinessError
 from ._knobs import check_duration
+from ._redact import shown
 
 logger = logging.getLogger("poise_py")
 
@@ -150,10 +153,18 @@ class Membership:
         Planning includes the pool's weight bound (:class:`WeightOverflow`), so nothing is
         built for an update the pool would refuse.
         """
-        changes = self.directory.plan(update, self._live)
+        planner = self.directory.planner(update, self._live)
+        while (changes := planner.step()) is None:
+            await anyio.lowlevel.checkpoint()
         self.pool.check_weights(changes.added, changes.removed, changes.updated)  # WeightOverflow
         resources = await self._build(changes.added) if self._factory is not None else None
-        self._change(changes, resources, clock())
+        pool = self.pool
+        added = changes.added
+        built: list[EndpointState] = []
+        for start in range(0, len(added), step := _directory.STEP):
+            await anyio.lowlevel.checkpoint()
+            built += pool.build(added[start : start + step], clock())
+        self._change(changes, resources, clock(), built)
         self.directory.commit(changes)
         return changes
 
@@ -168,13 +179,15 @@ class Membership:
         assert factory is not None  # noqa: S101 - checked by the caller
         built: list[object] = []
         try:
-            for endpoint in endpoints:
+            for n, endpoint in enumerate(endpoints):
+                if n and not n % _directory.STEP:
+                    await anyio.lowlevel.checkpoint()  # a sync factory must not hold the loop either
                 try:
                     resource = factory(endpoint)
                     if inspect.isawaitable(resource):
                         resource = await resource
                 except Exception as exc:
-                    raise EndpointFactoryError(endpoint.id) from exc
+                    raise self._factory_failed(endpoint, exc) from exc
                 built.append(resource)
         except BaseException:
             # Nothing of this update will be applied: release what it built, even if cancelled.
@@ -184,12 +197,28 @@ class Membership:
             raise
         return built
 
-    def _change(self, changes: Changes, resources: list[object] | None, now: float) -> None:
+    def _factory_failed(self, endpoint: Endpoint, exc: Exception) -> EndpointFactoryError:
+        """The error for a factory that raised ``exc``, ending with the cause (what to do, often)."""
+        kept = (
+            "nothing was applied (no pool was live yet)"
+            if self.directory.revision is None
+            else "the previous pool stays live"
+        )
+        try:
+            text = " ".join(str(exc).split())
+        except Exception:  # noqa: BLE001 - a broken __str__ must not hide the failure
+            text = ""
+        cause = f"{type(exc).__name__}: {shown(text)}" if text else type(exc).__name__
+        return EndpointFactoryError(endpoint.id, f"{kept}: {cause}")
+
+    def _change(
+        self, changes: Changes, resources: list[object] | None, now: float, built: list[EndpointState] | None = None
+    ) -> None:
         # Synchronous from here to the end: no permit sees a half-applied update.
         pool = self.pool
         members = pool.members
         gone = [members[i] for i in changes.removed]
-        pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated)
+        pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated, built=built)
         live = self._live
         for endpoint_id in changes.removed:
             del live[endpoint_id]

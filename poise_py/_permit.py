@@ -82,10 +82,16 @@ class Permit:
         self._claim()
         self._exit.succeed(self._state, self._ticket, self._started)
 
-    def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None) -> None:
-        """Report a failure of tier ``fault``; ``retry_after`` opens the circuit at least that long."""
+    def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None, overload: bool = False) -> None:
+        """Report a failure of tier ``fault``; ``retry_after`` opens the circuit at least that long.
+
+        ``overload``: the failure is load-shaped (a timeout, an overload answer): while another
+        endpoint had one recently it is the pool's load, not a strike (see :class:`Classification`).
+        """
         if not isinstance(fault, Fault):
             raise PermitError(f"fault must be a poise.Fault, got {fault!r}")
+        if not isinstance(overload, bool):
+            raise PermitError(f"overload must be a bool, got {overload!r:.80}")
         try:
             check_retry_after(retry_after)
         except ValueError as exc:
@@ -93,7 +99,7 @@ class Permit:
             error.__cause__ = None  # `raise ... from None`, spelled so the compiled build keeps it
             raise error from None
         self._claim()
-        self._exit.finish(self._state, self._ticket, self._started, fault, retry_after)
+        self._exit.finish(self._state, self._ticket, self._started, fault, retry_after, overload=overload)
 
     def cancel(self) -> None:
         """Report that the call ended without an outcome (not a fault)."""
@@ -124,6 +130,20 @@ class Permit:
             self._exit.succeed(self._state, self._ticket, self._started)  # the hot path
         else:
             self._exit.finish_exc(self._state, self._ticket, self._started, exc)
+
+    def __await__(self) -> object:
+        """``await lb.acquire()`` is a mistake: refuse it saying how to use a permit.
+
+        Declared to return an ``object``, not a generator, so type checkers still reject
+        the ``await`` (and the compiled build's await slot returns an object). The permit
+        was issued already: it is reported as a cancellation.
+        """
+        if not self._done:
+            self.cancel()
+        raise PermitError(
+            "lb.acquire() returns a permit to use as a context manager, not an awaitable: "
+            "write `async with lb.acquire() as permit:`"
+        )
 
     def __del__(self) -> None:
         # Runs at any point, even inside a pool operation (cyclic GC): only enqueue.

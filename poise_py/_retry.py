@@ -69,8 +69,9 @@ async def call_with_retries(
             try:
                 return await fn(endpoint, *args, **kwargs)
             except Exception as exc:
-                fault, retry_after = internals.classify(exc, endpoint.id)
-                permit.fail(fault, retry_after=retry_after)
+                judged = internals.classify(exc, endpoint.id)
+                fault = judged.fault
+                permit.fail(fault, retry_after=judged.retry_after, overload=judged.overload)
                 history.append(Attempt(endpoint_id=endpoint.id, fault=fault, error=exc))
                 verdict = loop.after_fault(fault, internals.now())
                 if verdict is Next.NOT_RETRYABLE:

@@ -8,6 +8,7 @@ from types import MappingProxyType
 import attrs
 
 from ._core._circuit import CircuitState
+from ._core._concurrency import UNLIMITED
 from ._core._health_schedule import HealthSnapshot
 from ._core._pool import Pool
 from ._core._record import FAULT_INDEX, MODE_INDEX, EndpointState
@@ -68,6 +69,16 @@ class EndpointSnapshot:
         health: active health (``HealthCheck``), or None when the balancer has none.
         degraded: whether ``max_ejection_percent`` refused its ejection, making it reserve
             capacity (its circuit stays CLOSED; see ``DecisionMode.DEGRADED``).
+        effective_weight: its weight times its slow-start ramp factor: the weight every
+            policy gives it now (its weight when it is not in slow start).
+        ramp_progress: how far through its slow start it is, ``elapsed / window`` in
+            [0, 1], or None when it is not in slow start (1.0: the window has passed and
+            its next pick ends the ramp, with :class:`SlowStartEnded`).
+        max_in_flight: its fixed concurrency cap (its metadata's ``max_in_flight``, else
+            the balancer's), or None when it has none.
+        concurrency_limit: the limit :class:`AdaptiveConcurrency` has learned for it, or
+            None without adaptive limits. It is not a candidate while as many calls as the
+            lesser of this and ``max_in_flight`` are in flight.
     """
 
     endpoint: Endpoint
@@ -82,6 +93,12 @@ class EndpointSnapshot:
     counters: EndpointCounters
     health: HealthSnapshot | None = None
     degraded: bool = False
+    effective_weight: float = attrs.field(
+        default=attrs.Factory(lambda self: float(self.endpoint.weight), takes_self=True)
+    )
+    ramp_progress: float | None = None
+    max_in_flight: int | None = None
+    concurrency_limit: int | None = None
 
     @property
     def id(self) -> str:
@@ -135,11 +152,26 @@ class PoolSnapshot:
     degraded: int = 0
 
     def __getitem__(self, endpoint_id: str) -> EndpointSnapshot:
-        """The snapshot of one endpoint by id (KeyError if absent)."""
+        """The snapshot of one endpoint by id (KeyError if absent).
+
+        Raises:
+            KeyError: no endpoint has this id.
+            TypeError: ``endpoint_id`` is not a string (``snapshot[0]``, or iterating the
+                snapshot itself): the message says to iterate ``snapshot.endpoints``.
+        """
+        if not isinstance(endpoint_id, str):
+            raise TypeError(
+                f"a PoolSnapshot is looked up by endpoint id (snapshot['a']), not by {endpoint_id!r:.40}: "
+                "to go through every endpoint, iterate snapshot.endpoints"
+            )
         for e in self.endpoints:
             if e.endpoint.id == endpoint_id:
                 return e
         raise KeyError(endpoint_id)
+
+    def __contains__(self, endpoint_id: object) -> bool:
+        """True if an endpoint of the snapshot has this id."""
+        return any(e.endpoint.id == endpoint_id for e in self.endpoints)
 
     @property
     def size(self) -> int:
@@ -153,9 +185,25 @@ def endpoint_snapshot(
     """Freeze one endpoint's state (``health`` gives its active-health view by id).
 
     ``now`` decays the escalation level of a closed circuit to the one its next
-    ejection would use; without it the level is reported undecayed.
+    ejection would use, and places a slow start in its window; without it the level is
+    reported undecayed and a ramp at its start.
     """
     circuit = state.circuit
+    weight = float(state.endpoint.weight)
+    ramp_progress: float | None = None
+    max_in_flight: int | None = None
+    concurrency_limit: int | None = None
+    control = pool.control(state)
+    if control is not None:
+        max_in_flight = None if control.cap >= UNLIMITED else control.cap
+        limiter = control.limiter
+        concurrency_limit = None if limiter is None else limiter.limit
+        since = control.ramp_since
+        slow_start = pool.load.slow_start
+        if since is not None and slow_start is not None:
+            at = since if now is None or not now >= since else now  # NaN off the balancer's thread
+            ramp_progress = min(1.0, (at - since) / slow_start.window)
+            weight *= pool.ramp_factor(state, at)
     return EndpointSnapshot(
         endpoint=state.endpoint,
         state=circuit.state,
@@ -169,6 +217,10 @@ def endpoint_snapshot(
         counters=endpoint_counters(state),
         health=None if health is None else health(state.endpoint.id),
         degraded=circuit.degraded,
+        effective_weight=weight,
+        ramp_progress=ramp_progress,
+        max_in_flight=max_in_flight,
+        concurrency_limit=concurrency_limit,
     )
 
 

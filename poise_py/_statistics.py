@@ -4,6 +4,14 @@ Cardinality is bounded: one :class:`EndpointCounters` per live endpoint, and poo
 totals keyed by enums only. When an endpoint leaves, its counters are folded into the
 pool totals once its last permit ends, so the totals never go backwards. Every count
 saturates at ``2**64 - 1`` instead of wrapping.
+
+Statistics are counts; the state they come from is in ``LoadBalancer.snapshot()``. So
+load control shows here as what it did: ``selections[DecisionMode.LIMITED]`` (calls that
+passed over an endpoint at its concurrency limit, counted on the endpoint that took them,
+and pool-wide), and the
+calls shed with :class:`~poise_py.Overloaded` among ``failed_selections``; an endpoint's
+cap, adaptive limit, effective weight and slow-start progress are in its
+:class:`~poise_py.EndpointSnapshot`.
 """
 
 from __future__ import annotations

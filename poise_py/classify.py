@@ -26,7 +26,19 @@ from ._classify import Classifier, default_classifier
 from ._errors import ConfigError
 from ._faults import Classification, Fault
 
-__all__ = ["Classifier", "default_classifier", "grpc", "http", "http_status", "parse_retry_after"]
+_LOAD_FAULTS = (Fault.SUSPECT, Fault.TRANSIENT)
+"""Only a strike or a skip can be load-shaped; an override to FATAL, PERMANENT or CALLER is meant."""
+
+__all__ = [
+    "GRPC_OVERLOAD",
+    "HTTP_OVERLOAD",
+    "Classifier",
+    "default_classifier",
+    "grpc",
+    "http",
+    "http_status",
+    "parse_retry_after",
+]
 
 GRPC_DEFAULTS: Mapping[str, Fault] = {
     "UNAVAILABLE": Fault.TRANSIENT,
@@ -49,6 +61,15 @@ GRPC_DEFAULTS: Mapping[str, Fault] = {
 """The gRPC status -> fault table (seed 000): UNAVAILABLE, DEADLINE_EXCEEDED and
 RESOURCE_EXHAUSTED skip without a strike; an unmarked INTERNAL is a strike; the
 caller's own errors never touch the endpoint's health."""
+
+GRPC_OVERLOAD: frozenset[str] = frozenset({"DEADLINE_EXCEEDED"})
+"""The gRPC statuses that say the endpoint is loaded: their :class:`~poise_py.Classification`
+carries ``overload=True``. UNAVAILABLE does not (it is also what a refused connection
+gives, the sign of a dead endpoint), nor RESOURCE_EXHAUSTED (a quota: this endpoint's own)."""
+
+HTTP_OVERLOAD: frozenset[int] = frozenset({503, 504})
+"""The HTTP statuses that say the endpoint is loaded (``overload=True``); a 429 is a quota,
+this endpoint's own answer, and counts as ever."""
 
 
 def _status_name(code: object) -> str | None:
@@ -114,7 +135,10 @@ def grpc(
             pairs = _metadata_pairs(trailing() if callable(trailing) else None)
             if any(k == marker_key and v == marker_value for k, v in pairs):
                 return Fault.FATAL
-        return table.get(name, Fault.SUSPECT)
+        fault = table.get(name, Fault.SUSPECT)
+        if name in GRPC_OVERLOAD and fault in _LOAD_FAULTS:
+            return Classification(fault, overload=True)
+        return fault
 
     return classify
 
@@ -151,6 +175,8 @@ def http_status(
 
     5xx -> SUSPECT (502/503/504 -> ``gateway``); 429 -> TRANSIENT; 401/403 -> PERMANENT;
     other 4xx -> CALLER. A ``Retry-After`` header on a 429 or 5xx becomes ``retry_after``.
+    503 and 504 are load-shaped: their :class:`~poise_py.Classification` carries
+    ``overload=True`` (:data:`HTTP_OVERLOAD`).
     """
     if status < 400:
         return None
@@ -167,7 +193,10 @@ def http_status(
     retry_after = None
     if headers is not None and (status == 429 or status >= 500):
         retry_after = parse_retry_after(_header(headers, "retry-after"))
-    return Classification(fault, retry_after=retry_after) if retry_after else fault
+    overload = status in HTTP_OVERLOAD and fault in _LOAD_FAULTS
+    if retry_after or overload:
+        return Classification(fault, retry_after=retry_after or None, overload=overload)
+    return fault
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -180,6 +209,8 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 
 
 _HTTPX_TRANSIENT = {"ConnectTimeout", "PoolTimeout"}
+_HTTPX_OVERLOAD = {"ReadTimeout", "WriteTimeout"}
+"""The endpoint took the request and did not answer in time: load-shaped (``overload=True``)."""
 _HTTPX_CALLER = {
     "UnsupportedProtocol",
     "InvalidURL",
@@ -196,7 +227,8 @@ def http(*, gateway: Fault = Fault.SUSPECT, fallback: Classifier = default_class
     ``HTTPStatusError`` (from ``raise_for_status()``) maps by :func:`http_status`. httpx
     transport errors: connect and pool timeouts are TRANSIENT (nothing reached the
     server), request-building errors are CALLER, the rest (connect errors, read
-    timeouts, resets, protocol errors) are SUSPECT.
+    timeouts, resets, protocol errors) are SUSPECT; read and write timeouts, like a 503
+    or 504, carry ``overload=True``.
 
     Args:
         gateway: the fault for 502/503/504 (SUSPECT, or TRANSIENT behind a proxy that
@@ -219,6 +251,8 @@ def http(*, gateway: Fault = Fault.SUSPECT, fallback: Classifier = default_class
                     return Fault.TRANSIENT
                 if cls.__name__ in _HTTPX_CALLER:
                     return Fault.CALLER
+                if cls.__name__ in _HTTPX_OVERLOAD:
+                    return Classification(Fault.SUSPECT, overload=True)
         if type(exc).__module__.startswith("httpx"):
             return Fault.SUSPECT
         return fallback(exc)

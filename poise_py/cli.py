@@ -100,6 +100,16 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(requests=args.requests, seed=args.seed, live=not args.no_live, web=args.web)
 
 
+def _requests(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of requests: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 request, got {count}")
+    return count
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -117,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="balance real HTTP backends on loopback with injected faults")
-    demo.add_argument("--requests", type=int, default=3000, help="requests per run (default 3000)")
+    demo.add_argument("--requests", type=_requests, default=3000, help="requests per run, >= 1 (default 3000)")
     demo.add_argument("--seed", type=int, default=7, help="seed for fault injection and selection")
     demo.add_argument("--no-live", action="store_true", help="no live view, only the summary")
     demo.add_argument(

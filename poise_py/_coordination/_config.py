@@ -41,15 +41,20 @@ class CoordinationStatistics:
         operations: storage operations issued (each is one round trip; a Redis script
             call is one command).
         failures: operations that failed or timed out.
-        fallbacks: times the balancer fell back to its local circuits.
+        fallbacks: times the balancer fell back to its local circuits: one per outage,
+            as many as the ``CoordinationFallback`` events for the whole storage (a
+            storage that cannot be reached at start-up counts one).
         resyncs: times it resynchronised after a fallback.
         published: local trips the storage accepted.
         adopted: shared state changes mirrored into a local circuit.
         leases: probe leases this balancer obtained.
         released: leases it handed back unused (held ``sync_interval`` without a call, a
             cancelled probe's, or the endpoint's status excludes it here).
-        poisoned: shared records found unusable (once per record per episode); each
-            such endpoint decided locally until its record was usable again.
+        poisoned: shared records found unusable (once per record per episode: a field
+            out of range, a deadline past the fleet's largest wait, a storage clock that
+            moved back); each such endpoint decided locally until its record was usable
+            again. Also counts a damaged change log (once per episode), while which polls
+            read every record.
         declined: shared ejections not mirrored because ``max_ejection_percent`` of this
             balancer's pool was already ejected.
     """

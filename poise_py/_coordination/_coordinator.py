@@ -37,7 +37,7 @@ from .._core._pool import Pool
 from .._core._record import EndpointState
 from .._errors import CoordinationError
 from ._config import Coordination, CoordinationChange, CoordinationStatistics
-from ._protocol import CHANGES_PROTOCOL_VERSION, Changes
+from ._protocol import CHANGES_PROTOCOL_VERSION, CLOCK_SLACK, Changes
 
 logger = logging.getLogger("poise_py")
 
@@ -85,6 +85,8 @@ class Coordinator:
             probe_lease=config.probe_lease,
             escalation=config.shared_escalation(policy.escalation),
             incremental=self._changes is not None,
+            slack=config.timeout + CLOCK_SLACK,
+            key_name=_key_name(self._storage),
         )
         self._clock: Callable[[], float] = anyio.current_time
         self._wake: Callable[[], None] = _nothing
@@ -210,9 +212,16 @@ class Coordinator:
                 try:
                     with anyio.fail_after(timeout):
                         result = await self._perform(operation)
-                except TimeoutError:
-                    reason = f"{operation.name} took longer than {timeout} s"
-                    core.fail(self._clock(), reason, TimeoutError(reason))
+                except TimeoutError as exc:
+                    cause = _cause(exc)
+                    if cause is None:
+                        reason = f"{operation.name} took longer than {timeout} s"
+                        error: BaseException = TimeoutError(reason)
+                    else:  # the client was still retrying an error when the time ran out: that error
+                        reason = f"{operation.name} failed: {type(cause).__name__}: {cause}"
+                        error = CoordinationError(reason)
+                        error.__cause__ = cause
+                    core.fail(self._clock(), reason, error)
                 except CoordinationError as exc:
                     core.fail(self._clock(), str(exc), exc)
                 except Exception as exc:  # noqa: BLE001 - a bug in a storage: never take the balancer down
@@ -272,6 +281,13 @@ class Coordinator:
                 case act.StorageRegained(at=at):
                     logger.info("poise_py: coordination storage reachable again; circuits resynchronised")
                     self._notify(CoordinationChange(connected=True, at=at))
+                case act.LedgerDamaged(problem=problem):
+                    logger.warning(
+                        "poise_py: coordination storage %r: the change log is damaged (%s); polls read every "
+                        "record until the next write replaces it",
+                        self._storage,
+                        problem,
+                    )
                 case act.RecordUnusable(at=at, endpoint_id=endpoint_id, problem=problem):
                     error = CoordinationError(f"unusable shared record: {problem}")
                     if self._on_fallback is not None:
@@ -296,3 +312,28 @@ class Coordinator:
         """Wake the worker if the core wants a job (cheap: the hot path calls it on every move)."""
         if self._core.wanted and self._work is not None:
             self._work.set()
+
+
+def _key_name(storage: object) -> Callable[[str], str]:
+    """The storage's name for an endpoint's record (``RedisStorage.key``), or the endpoint id."""
+    key = getattr(storage, "key", None)
+    if callable(key):
+        return lambda endpoint_id: str(key(endpoint_id))
+    return str
+
+
+def _cause(timeout: BaseException) -> BaseException | None:
+    """The error a storage's client was retrying when the timeout cancelled it, if any.
+
+    A client that retries on its own (redis-py does, by default, on a failed connection or
+    a rejected password) is cancelled by the timeout while it handles the error: that
+    error is the real cause, in the exception's context chain.
+    """
+    seen: set[int] = set()
+    error = timeout.__context__
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, Exception) and not isinstance(error, TimeoutError):
+            return error
+        error = error.__context__
+    return None

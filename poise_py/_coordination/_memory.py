@@ -92,7 +92,7 @@ class InMemoryStorage:
         await anyio.lowlevel.checkpoint()
         self.operations["read"] += len(keys)
         now = self._clock()
-        return [self._answer(self._load(k), now) for k in keys]
+        return [self._answer(self._load(k, now), now) for k in keys]
 
     async def changes(self, since: int, *, limit: int = 1000) -> Changes:
         """The records written since sequence ``since`` (protocol 3); see :meth:`RedisStorage.changes`."""
@@ -112,15 +112,18 @@ class InMemoryStorage:
             return Changes(sequence, None)
         self.operations["read"] += len(keys)
         now = self._clock()
-        return Changes(sequence, {k: self._answer(self._load(k), now) for k in keys})
+        return Changes(sequence, {k: self._answer(self._load(k, now), now) for k in keys})
 
     async def trip_open(self, key: str, *, expected_version: int, wait: OpenWait) -> Reply:
         """CLOSED or HALF_OPEN -> OPEN; see :meth:`Storage.trip_open`."""
         await anyio.lowlevel.checkpoint()
         self.operations["trip_open"] += 1
         now = self._clock()
-        r = self._load(key)
-        if r.problem is not None:  # an unusable record: the next write replaces it
+        r = self._load(key, now)
+        horizon = wait.horizon
+        if r.problem is not None or (
+            horizon is not None and attrs.evolve(r, storage_time=now).damage(horizon=horizon) is not None
+        ):  # an unusable record, or one past the caller's horizon: the next write replaces it
             r = SharedState()
         if r.version != expected_version or r.state is _O:
             return self._refuse(r, now)
@@ -149,7 +152,7 @@ class InMemoryStorage:
         self.operations["begin_half_open_if_elapsed"] += 1
         _check_budget(permitted, lease)
         now = self._clock()
-        r = self._load(key)
+        r = self._load(key, now)
         if r.problem is not None or r.version != expected_version or r.state is _C or now < (r.reopen_at or 0.0):
             return self._refuse(r, now)
         return self._save(
@@ -168,7 +171,7 @@ class InMemoryStorage:
         await anyio.lowlevel.checkpoint()
         self.operations["lease_probe"] += 1
         now = self._clock()
-        r = self._load(key)
+        r = self._load(key, now)
         if (
             r.problem is not None
             or r.version != expected_version
@@ -186,7 +189,7 @@ class InMemoryStorage:
         if not isinstance(report, ProbeReport):
             raise CoordinationError(f"report must be a ProbeReport, got {report!r}")
         now = self._clock()
-        r = self._load(key)
+        r = self._load(key, now)
         if r.problem is not None or r.version != expected_version or r.state is not _H:
             return self._refuse(r, now)
         if report is ProbeReport.SUCCEEDED:
@@ -198,7 +201,7 @@ class InMemoryStorage:
         await anyio.lowlevel.checkpoint()
         self.operations["close"] += 1
         now = self._clock()
-        r = self._load(key)
+        r = self._load(key, now)
         if r.problem is not None or r.version != expected_version or r.state is not _H:
             return self._refuse(r, now)
         return self._save(
@@ -216,9 +219,16 @@ class InMemoryStorage:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _load(self, key: str) -> SharedState:
+    def _load(self, key: str, now: float) -> SharedState:
+        """The record of ``key``; one with a field out of range reads as unusable (see :meth:`SharedState.damage`)."""
         r = self._records.get(key)
-        return SharedState() if r is None else r
+        if r is None:
+            return SharedState()
+        if r.problem is None:
+            problem = attrs.evolve(r, storage_time=now).damage()
+            if problem is not None:
+                return SharedState(version=-1, problem=f"key {key}: {problem}")
+        return r
 
     def _answer(self, r: SharedState, now: float) -> SharedState:
         if r.problem is not None:

@@ -65,6 +65,11 @@ FAILED_ROUNDS_CAP = 2**53
 
 SHARED_STATES = frozenset({CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN})
 
+CLOCK_SLACK = 1.0
+"""Seconds a record's trip time may lie after the storage's clock (a failover to a server
+whose clock is slightly behind), and a deadline past the fleet's largest wait, before the
+record counts as damaged."""
+
 
 class ProbeReport(enum.Enum):
     """What :meth:`Storage.report_probe` tells the storage about one leased probe."""
@@ -118,11 +123,65 @@ class SharedState:
     storage_time: float = 0.0
     problem: str | None = None
 
+    def damage(self, *, horizon: float | None = None) -> str | None:
+        """What makes this record unusable, or None if every field is in range.
+
+        A record is usable only if its state is known; ``version``, ``failed_rounds``,
+        the probe counts and ``protocol_version`` are integers in [0, 2**53], with no
+        more leases remaining than permitted; an OPEN or HALF_OPEN record has both times,
+        ``reopen_at`` no earlier than ``opened_at``, and ``opened_at`` no later than the
+        storage's clock (plus :data:`CLOCK_SLACK`: a clock before the round's trip moved
+        back); and, given ``horizon``, ``reopen_at`` at most ``horizon`` seconds after the
+        storage's clock (the largest wait the fleet writes, plus slack). The storages
+        report the first three as :attr:`problem`; the balancer applies the horizon.
+        """
+        if self.problem is not None:
+            return self.problem
+        for name in ("version", "failed_rounds", "probes_permitted", "probes_remaining", "probes_completed"):
+            value = getattr(self, name)
+            if not _count_in_range(value):
+                return f"{name} is not an integer in [0, 2**53]: {value!r}"
+        if not _count_in_range(self.protocol_version):
+            return f"protocol_version is not an integer in [0, 2**53]: {self.protocol_version!r}"
+        if self.probes_remaining > self.probes_permitted:
+            return f"probes_remaining {self.probes_remaining} exceeds probes_permitted {self.probes_permitted}"
+        now = self.storage_time
+        for name in ("opened_at", "reopen_at"):
+            value = getattr(self, name)
+            if value is not None and not (_is_real(value) and math.isfinite(value)):
+                return f"{name} is not a finite number: {value!r}"
+        if self.state is CircuitState.CLOSED:
+            return None
+        opened_at, reopen_at = self.opened_at, self.reopen_at
+        if opened_at is None or reopen_at is None:
+            return f"state {self.state.value} without opened_at and reopen_at"
+        if reopen_at < opened_at:
+            return f"reopen_at {reopen_at!r} is before opened_at {opened_at!r}"
+        if opened_at > now + CLOCK_SLACK:
+            return (
+                f"opened_at {opened_at!r} is {opened_at - now:.6g} s after the storage's clock: "
+                "the clock moved back, or the record was written by hand"
+            )
+        if horizon is not None and reopen_at - now > horizon:
+            return (
+                f"reopen_at {reopen_at!r} is {reopen_at - now:.6g} s after the storage's clock, "
+                f"past the largest wait the fleet writes ({horizon:.6g} s)"
+            )
+        return None
+
     def remaining(self, time: float | None = None) -> float:
         """Seconds from ``time`` (default: when the storage answered) to ``reopen_at``; 0 if past."""
         if self.reopen_at is None:
             return 0.0
         return max(0.0, self.reopen_at - (self.storage_time if time is None else time))
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _count_in_range(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= FAILED_ROUNDS_CAP
 
 
 @attrs.frozen
@@ -133,10 +192,13 @@ class Reply:
         applied: whether the operation changed the record (the version matched and the
             move was legal; for a lease, whether a slot was granted).
         state: the record after the operation, applied or not.
+        problem: None, or a damaged bookkeeping key (the change log's sequence or sorted
+            set) this operation found and replaced before writing, naming the key.
     """
 
     applied: bool
     state: SharedState
+    problem: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -149,11 +211,16 @@ class OpenWait:
         unit: the caller's uniform draw in [0, 1) for the jitter, so one seeded rng
             drives a run.
         minimum: a floor in seconds (a server's capped Retry-After), applied after jitter.
+        horizon: None, or the latest deadline, in seconds after the storage's clock, that
+            the caller accepts in the record this trip would replace: a record whose
+            ``reopen_at`` lies further out is damaged (:meth:`SharedState.damage`), and
+            the trip replaces it as it replaces any unusable record.
     """
 
     escalation: Escalation
     unit: float = 0.5
     minimum: float = 0.0
+    horizon: float | None = None
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.escalation, Escalation):
@@ -164,6 +231,9 @@ class OpenWait:
         m = self.minimum
         if isinstance(m, bool) or not isinstance(m, int | float) or not 0.0 <= m < math.inf:
             raise ConfigError("OpenWait.minimum", f"must be a finite number >= 0, got {m!r}")
+        h = self.horizon
+        if h is not None and (isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 <= h < math.inf):
+            raise ConfigError("OpenWait.horizon", f"must be None or a finite number >= 0, got {h!r}")
 
     @property
     def escalates(self) -> bool:
@@ -191,6 +261,7 @@ class OpenWait:
             repr(float(esc.jitter)),
             repr(float(self.unit)),
             repr(float(self.minimum)),
+            "" if self.horizon is None else repr(float(self.horizon)),
         ]
 
 
@@ -202,11 +273,15 @@ class Changes:
         sequence: the namespace's sequence number now (0 when it has none).
         states: the records written since, by endpoint id; None when the caller must read
             everything instead (the sequence went backwards: the storage lost its keys;
-            or more changed than the caller's limit).
+            more changed than the caller's limit; or the change log is damaged).
+        problem: None, or what is wrong with a damaged bookkeeping key (the sequence or
+            the change log), naming the key; ``states`` is then None, and the next write
+            replaces the key.
     """
 
     sequence: int
     states: dict[str, SharedState] | None
+    problem: str | None = None
 
 
 @runtime_checkable

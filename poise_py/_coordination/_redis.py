@@ -130,15 +130,18 @@ class RedisStorage:
                 f"changes needs protocol {CHANGES_PROTOCOL_VERSION}; this storage speaks {self._protocol}"
             )
         tag = f"{{{self._namespace}}}"
-        raw = await self._run("changes", [f"{tag}:sequence", f"{tag}:changes"], [str(since), str(limit)])
+        prefix = f"{tag}:circuit:"
+        raw = await self._run("changes", [f"{tag}:sequence", f"{tag}:changes"], [str(since), str(limit), prefix])
         if not isinstance(raw, list) or not raw:
             raise CoordinationError(f"changes: unexpected reply {raw!r}")
         sequence = int(_number(raw[0]) or 0)
         if len(raw) == 1:
             return Changes(sequence, {})
-        if _text(raw[1]) != "changes":
+        kind = _text(raw[1])
+        if kind == "damaged" and len(raw) == 3:
+            return Changes(sequence, None, problem=_text(raw[2]) or "the change log is damaged")
+        if kind != "changes":
             return Changes(sequence, None)
-        prefix = f"{tag}:circuit:"
         states: dict[str, SharedState] = {}
         for key, item in zip(raw[2::2], raw[3::2], strict=True):
             name = _text(key)
@@ -268,13 +271,29 @@ def _count(value: object) -> int:
 
 
 def _parse(raw: object) -> Reply:
-    if not isinstance(raw, list) or len(raw) != 12:
+    if not isinstance(raw, list) or len(raw) != 13:
         raise CoordinationError(f"unexpected reply {raw!r}")
-    applied, state, version, opened_at, reopen_at, failed, permitted, remaining, completed, proto, now, problem = raw
+    (
+        applied,
+        state,
+        version,
+        opened_at,
+        reopen_at,
+        failed,
+        permitted,
+        remaining,
+        completed,
+        proto,
+        now,
+        problem,
+        note_,
+    ) = raw
+    note = _text(note_) or None  # a damaged change log the script replaced before writing
     if problem:  # the scripts vouch for every field they answer, or say what is wrong
         return Reply(
             applied=False,
             state=SharedState(version=-1, storage_time=_number(now) or 0.0, problem=_text(problem)),
+            problem=note,
         )
     circuit = _STATES.get(_text(state))
     if circuit is None:
@@ -293,4 +312,5 @@ def _parse(raw: object) -> Reply:
             protocol_version=_count(proto),
             storage_time=_number(now) or 0.0,
         ),
+        problem=note,
     )

@@ -437,10 +437,15 @@ class Circuit:
         latency: float | None = None,
         retry_after: float | None = None,
         may_eject: bool = True,
+        shared: bool = False,
         quorum: Callable[[float], bool] | None = None,
         vouch: Callable[[], bool] | None = None,
     ) -> Transition | None:
         """Record a completed call's outcome (``fault`` None means success).
+
+        ``shared``: the pool judged this load-shaped SUSPECT or TRANSIENT failure the pool's
+        load, not this endpoint's (see ``Pool.complete``): a CLOSED circuit counts no strike
+        and no failure for it, and only honours its ``retry_after``.
 
         ``may_eject`` is the pool's max-ejection-percent verdict: when False, a trip from
         CLOSED is suppressed (counted in ``suppressed_ejections``), the circuit stays
@@ -456,6 +461,8 @@ class Circuit:
         if ticket.probe:
             self.probes_in_flight -= 1
             return self._record_probe(fault, now, retry_after)
+        if shared and (fault is Fault.SUSPECT or fault is Fault.TRANSIENT):
+            return self._retry_after_open(now, retry_after)
         return self._record_closed(fault, now, latency, retry_after, may_eject=may_eject, quorum=quorum, vouch=vouch)
 
     def handle_timer(self, now: float) -> Transition | None:

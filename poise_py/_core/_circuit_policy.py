@@ -79,6 +79,12 @@ class CircuitPolicy:
             over 1 (``50``, a percent) is a :class:`ConfigError` giving the fraction.
         max_retry_after: a server's ``retry_after`` is honoured up to this many seconds.
         hard_cap: optional :class:`HardCap` retiring an endpoint until rediscovered.
+        overload_window: seconds. A load-shaped failure (``Classification.overload``: a
+            timeout, HTTP 503 or 504, gRPC DEADLINE_EXCEEDED) while
+            another endpoint had one within this window is the pool's load, not this
+            endpoint's fault: no strike, so queueing across the pool never ejects one
+            endpoint after another. A failure one endpoint has alone still counts.
+            ``None``: every failure is the endpoint's own (the behaviour before 0.3).
     """
 
     consecutive_failures: int | None = 5
@@ -96,6 +102,7 @@ class CircuitPolicy:
     max_ejection_percent: float = 0.5
     max_retry_after: float = 600.0
     hard_cap: HardCap | None = None
+    overload_window: float | None = 10.0
 
     @property
     def tracks_rates(self) -> bool:
@@ -137,6 +144,7 @@ class CircuitPolicy:
             raise ConfigError("CircuitPolicy.escalation", f"must be an Escalation, got {self.escalation!r}")
         check_share("CircuitPolicy.max_ejection_percent", self.max_ejection_percent)
         check_duration("CircuitPolicy.max_retry_after", self.max_retry_after)
+        optional(check_duration, "CircuitPolicy.overload_window", self.overload_window)
         if self.hard_cap is not None and not isinstance(self.hard_cap, HardCap):
             raise ConfigError("CircuitPolicy.hard_cap", f"must be a HardCap or None, got {self.hard_cap!r}")
         if (

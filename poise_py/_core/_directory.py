@@ -10,7 +10,7 @@ their identity (and the balancer their health state) whatever their position.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Iterator, Mapping
 
 import attrs
 
@@ -44,31 +44,123 @@ class Changes:
         return not (self.added or self.removed or self.updated)
 
 
-def _unique(endpoints: Collection[Endpoint], what: str) -> None:
-    seen: set[str] = set()
-    for e in endpoints:
-        if e.id in seen:
-            raise DuplicateIdentity(f"{what} names endpoint {e.id!r} twice")
-        seen.add(e.id)
+STEP = 2048
+"""Endpoints (or ids) one planning or building step handles: the bound on a step's work.
+
+The shell yields to the event loop between steps, so applying an update of any size
+never holds the loop for longer than one step (a few milliseconds) at a time."""
 
 
-def _diff(revision: int, endpoints: tuple[Endpoint, ...], live: Mapping[str, Endpoint]) -> Changes:
-    """The changes from ``live`` to ``endpoints``: one pass over the snapshot, one lookup each."""
-    incoming = {e.id: e for e in endpoints}
-    if len(incoming) != len(endpoints):
-        _unique(endpoints, f"snapshot {revision}")
-    added: list[Endpoint] = []
-    updated: list[Endpoint] = []
-    get = live.get
-    for endpoint_id, endpoint in incoming.items():
-        old = get(endpoint_id)
-        if old is None:
-            added.append(endpoint)
-        elif old is not endpoint and old != endpoint:
-            updated.append(endpoint)
-    kept = len(incoming) - len(added)
-    removed = () if kept == len(live) else tuple(i for i in live if i not in incoming)
-    return Changes(revision=revision, added=tuple(added), removed=removed, updated=tuple(updated))
+def _take_unique(endpoints: tuple[Endpoint, ...], start: int, seen: dict[str, Endpoint], what: str) -> None:
+    """Index ``endpoints[start:start + STEP]`` by id into ``seen``; DuplicateIdentity on a repeat."""
+    for e in endpoints[start : start + STEP]:
+        endpoint_id = e.id
+        if endpoint_id in seen:
+            raise DuplicateIdentity(f"{what} names endpoint {endpoint_id!r} twice")
+        seen[endpoint_id] = e
+
+
+class Planner:
+    """One update's plan, computed in bounded steps (pure: the caller decides when to go on).
+
+    Call :meth:`step` until it returns the :class:`Changes`; each call handles at most
+    :data:`STEP` endpoints or ids, so a shell can yield to its event loop between calls.
+    A :class:`DiscoveryError` is raised by the step that finds it (the revision and the
+    update's type are checked at construction). The live endpoints must not change
+    while a plan is in progress (the directory's owner applies one update at a time);
+    an abandoned planner changes nothing.
+    """
+
+    def __init__(self, directory: Directory, update: Update, live: Mapping[str, Endpoint]) -> None:
+        if not isinstance(update, Snapshot | Delta):
+            raise DiscoveryError(f"an update must be a Snapshot or a Delta, got {update!r}")
+        self._revision = directory.check_revision(update.revision)
+        self._live = live
+        self._steps: Iterator[None] = (
+            self._diff(update.endpoints) if isinstance(update, Snapshot) else self._delta(update)
+        )
+        self._changes: Changes | None = None
+        self.steps: int = 0
+        """Steps taken so far (each bounded by :data:`STEP`)."""
+
+    def step(self) -> Changes | None:
+        """Do one bounded step; the changes once the plan is complete, else None."""
+        if self._changes is None:
+            self.steps += 1
+            next(self._steps, None)
+        return self._changes
+
+    def run(self) -> Changes:
+        """Every remaining step at once."""
+        while (changes := self.step()) is None:
+            pass
+        return changes
+
+    def _diff(self, endpoints: tuple[Endpoint, ...]) -> Iterator[None]:
+        """The changes from the live endpoints to ``endpoints``: one lookup per endpoint."""
+        revision = self._revision
+        what = f"snapshot {revision}"
+        incoming: dict[str, Endpoint] = {}
+        count = len(endpoints)
+        for start in range(0, count, STEP):
+            _take_unique(endpoints, start, incoming, what)
+            yield
+        added: list[Endpoint] = []
+        updated: list[Endpoint] = []
+        get = self._live.get
+        for start in range(0, count, STEP):
+            for endpoint in endpoints[start : start + STEP]:
+                old = get(endpoint.id)
+                if old is None:
+                    added.append(endpoint)
+                elif old is not endpoint and old != endpoint:
+                    updated.append(endpoint)
+            yield
+        removed: list[str] = []
+        if count - len(added) != len(self._live):
+            ids = list(self._live)
+            for start in range(0, len(ids), STEP):
+                removed.extend([i for i in ids[start : start + STEP] if i not in incoming])
+                yield
+        self._changes = Changes(revision=revision, added=tuple(added), removed=tuple(removed), updated=tuple(updated))
+
+    def _delta(self, update: Delta) -> Iterator[None]:
+        revision = self._revision
+        what = f"delta {revision}"
+        live = self._live
+        named: dict[str, Endpoint] = {}
+        both = (*update.added, *update.updated)
+        for start in range(0, len(both), STEP):
+            _take_unique(both, start, named, what)
+            yield
+        removed = update.removed
+        gone: set[str] = set()
+        for start in range(0, len(removed), STEP):
+            for i in removed[start : start + STEP]:
+                if i in gone:
+                    raise DuplicateIdentity(f"{what} removes {i!r} twice")
+                gone.add(i)
+            yield
+        added = update.added
+        for start in range(0, len(added), STEP):
+            for e in added[start : start + STEP]:
+                if e.id in live and e.id not in gone:
+                    raise DuplicateIdentity(f"{what} adds {e.id!r}, which is live; use updated=")
+            yield
+        updated: list[Endpoint] = []
+        for start in range(0, len(update.updated), STEP):
+            for e in update.updated[start : start + STEP]:
+                old = live.get(e.id)
+                if old is None or e.id in gone:
+                    raise UnknownIdentity(f"{what} updates {e.id!r}, which is not live")
+                if old != e:
+                    updated.append(e)
+            yield
+        leaving: list[str] = []
+        for start in range(0, len(removed), STEP):
+            leaving.extend([i for i in removed[start : start + STEP] if i in live])
+            yield
+        self._changes = Changes(revision=revision, added=added, removed=tuple(leaving), updated=tuple(updated))
 
 
 class Directory:
@@ -92,27 +184,12 @@ class Directory:
         return revision
 
     def plan(self, update: Update, live: Mapping[str, Endpoint]) -> Changes:
-        """Validate ``update`` against ``live`` (id -> endpoint) and return its changes."""
-        if not isinstance(update, Snapshot | Delta):
-            raise DiscoveryError(f"an update must be a Snapshot or a Delta, got {update!r}")
-        revision = self.check_revision(update.revision)
-        if isinstance(update, Snapshot):
-            return _diff(revision, update.endpoints, live)
-        _unique((*update.added, *update.updated), f"delta {revision}")
-        removed = tuple(dict.fromkeys(update.removed))
-        gone = set(removed)
-        for e in update.added:
-            if e.id in live and e.id not in gone:
-                raise DuplicateIdentity(f"delta {revision} adds {e.id!r}, which is live; use updated=")
-        for e in update.updated:
-            if e.id not in live or e.id in gone:
-                raise UnknownIdentity(f"delta {revision} updates {e.id!r}, which is not live")
-        return Changes(
-            revision=revision,
-            added=update.added,
-            removed=tuple(i for i in removed if i in live),
-            updated=tuple(e for e in update.updated if live[e.id] != e),
-        )
+        """Validate ``update`` against ``live`` (id -> endpoint) and return its changes, in one go."""
+        return Planner(self, update, live).run()
+
+    def planner(self, update: Update, live: Mapping[str, Endpoint]) -> Planner:
+        """A :class:`Planner` for ``update`` against ``live``, to run in bounded steps."""
+        return Planner(self, update, live)
 
     def commit(self, changes: Changes) -> None:
         """Make ``changes.revision`` the live revision (after the pool applied them)."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._errors import ConfigError
-from .._knobs import check_count, check_duration, check_number, check_share, optional
+from .._knobs import check_bool, check_count, check_duration, check_number, check_share, optional
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -78,6 +78,7 @@ class Escalation:
             raise ConfigError("Escalation.backoff", f"must be a Backoff, got {self.backoff!r}")
         check_number("Escalation.multiplier", self.multiplier, low=1.0, low_open=True)
         check_share("Escalation.jitter", self.jitter, high_open=True)
+        check_bool("Escalation.reset_on_success", self.reset_on_success)
         optional(check_duration, "Escalation.decay_interval", self.decay_interval)
 
     def window(self, level: int) -> float:

@@ -58,12 +58,12 @@ balancer's own traffic trips it again (``held``).
 from __future__ import annotations
 
 import random
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import cast
 
 import attrs
 
-from .._coordination._protocol import Changes, OpenWait, ProbeReport, Reply, SharedState
+from .._coordination._protocol import CLOCK_SLACK, Changes, OpenWait, ProbeReport, Reply, SharedState
 from ._circuit import Cause, CircuitState, Transition
 from ._circuit_policy import CircuitPolicy
 from ._ejection import Escalation
@@ -74,6 +74,7 @@ from ._fleet_actions import (
     FleetEvent,
     JobCrashed,
     LeaseProbe,
+    LedgerDamaged,
     Operation,
     Read,
     ReadChanges,
@@ -132,6 +133,10 @@ class _Link:
     """A probe ended (or was cancelled): hand free slots back at the next settle."""
     problem: str | None = None
     """The shared record is unusable (what is wrong): this circuit decides locally meanwhile."""
+    limit: tuple[int, float | None, float] | None = None
+    """The OPEN or HALF_OPEN record last seen (its version and ``opened_at``) and the earliest
+    local-clock deadline any reply gave for it: a later deadline for the same record means
+    the storage's clock moved back."""
 
 
 class FleetCore:
@@ -146,6 +151,10 @@ class FleetCore:
         probe_lease: the lease a half-open round's probes hold in the storage.
         escalation: the shared circuit's open wait (the policy's, capped at ``max_open_wait``).
         incremental: the storage keeps a change log (protocol 3): polls read only changes.
+        slack: seconds a record's deadline may move between two replies before the core
+            concludes that the storage's clock moved back (more than one operation's
+            round trip: ``Coordination.timeout`` plus :data:`CLOCK_SLACK`).
+        key_name: the storage's name for an endpoint's record, to name it in a problem.
     """
 
     def __init__(
@@ -159,6 +168,8 @@ class FleetCore:
         probe_lease: float,
         escalation: Escalation,
         incremental: bool,
+        slack: float = CLOCK_SLACK,
+        key_name: Callable[[str], str] = str,
     ) -> None:
         self._pool = pool
         self._policy = policy
@@ -168,6 +179,13 @@ class FleetCore:
         self._probe_lease = probe_lease
         self._escalation = escalation
         self._incremental = incremental
+        self._slack = slack
+        self._key_name = key_name
+        # The latest deadline a usable record may hold, in seconds after the storage's
+        # clock: the largest wait this fleet writes (the open wait's maximum, a server's
+        # Retry-After cap, a round's lease) plus slack.
+        self._horizon = max(escalation.maximum, policy.max_retry_after, probe_lease) + CLOCK_SLACK
+        self._ledger: str | None = None  # a damaged change log, reported once until healthy
         self.counters = FleetCounters()
         self._links: dict[EndpointState, _Link] = {}
         self._dirty: dict[EndpointState, None] = {}
@@ -425,7 +443,7 @@ class FleetCore:
         self._announced = False
         for state, view in zip(members, views, strict=True):
             if state.live:
-                if view.problem is None:
+                if self._vet(state, self._link(state), view, now) is None:
                     self._pool.set_leased(state, True, now)
                 self._receive(state, view, now)
         yield from self._step(poll=False)
@@ -435,6 +453,8 @@ class FleetCore:
         if not self._incremental:
             return None
         changes = yield from self._changes(-1)
+        if not self._ledger_seen(changes.problem):
+            return None  # the next poll reads everything again
         return changes.sequence
 
     def _poll(self, *, everyone: bool) -> _Job:
@@ -471,7 +491,7 @@ class FleetCore:
         fresh = [s for s in members.values() if s not in self._links]  # joined since: read them too
         epochs = {s: s.circuit.epoch for s in members.values()}
         answer = yield from self._changes(since)
-        if answer.states is None:
+        if not self._ledger_seen(answer.problem) or answer.states is None:
             return False
         self._sequence = answer.sequence
         now = self._now
@@ -490,7 +510,8 @@ class FleetCore:
         """Take in a polled record, unless the circuit moved while it was read."""
         if not state.live:
             return
-        if not state.circuit.leased and view.problem is None and self._link(state).problem is None:
+        link = self._link(state)
+        if not state.circuit.leased and link.problem is None and self._vet(state, link, view, now) is None:
             self._pool.set_leased(state, True, now)  # the pool gained it after the last resync
         if state.circuit.epoch == epoch:
             self._receive(state, view, now)
@@ -611,6 +632,8 @@ class FleetCore:
         if c.state is _C:
             self._mirror(state)
             return
+        if link.problem is not None and c.state is _H:
+            return  # an unusable record: the local round probes alone; a failed probe's trip repairs it
         yield from self._publish(state, link)
 
     def _publish(self, state: EndpointState, link: _Link) -> _Job:
@@ -621,7 +644,8 @@ class FleetCore:
         expected = link.view.version if link.view is not None else 0
         for _ in range(_TRIP_RETRIES):
             epoch = c.epoch
-            reply = yield from self._reply(TripOpen(state.id, expected_version=expected, wait=self._wait(trip)))
+            wait = self._wait(trip, link)
+            reply = yield from self._reply(TripOpen(state.id, expected_version=expected, wait=wait))
             if c.epoch != epoch or not state.live:
                 self._mark(state)
                 return
@@ -691,10 +715,13 @@ class FleetCore:
         answer = yield ReadChanges(since)
         return cast("Changes", answer)
 
-    @staticmethod
-    def _reply(operation: Operation) -> Generator[Operation, object, Reply]:
-        reply = yield operation
-        return cast("Reply", reply)
+    def _reply(self, operation: Operation) -> Generator[Operation, object, Reply]:
+        reply = cast("Reply", (yield operation))
+        if reply.problem is not None:  # the write replaced a damaged change log: report it, read everything
+            self._ledger_seen(reply.problem)
+            self._ledger = None  # repaired: a later damage is news
+            self._sequence = None
+        return reply
 
     # -- mirroring (synchronous) ----------------------------------------------------------
 
@@ -708,15 +735,24 @@ class FleetCore:
         force: bool = False,
     ) -> None:
         link = self._link(state)
-        if view.problem is not None:
-            self._poison(state, link, view.problem, now)
+        problem = self._vet(state, link, view, now)
+        if problem is not None:
+            self._poison(state, link, problem, now)
             return
         if link.problem is not None:  # usable again (repaired, expired or rewritten): follow it
             link.problem = None
             link.version = -1
             self._pool.set_leased(state, True, now)
         link.view = view
-        link.deadline = None if view.reopen_at is None else now + view.remaining()
+        deadline = None if view.reopen_at is None else now + view.remaining()
+        if deadline is None or view.state is _C:
+            link.limit = None
+        else:  # one record's deadline never moves later here (see _vet)
+            limit = link.limit
+            if limit is not None and limit[0] == view.version and limit[1] == view.opened_at:
+                deadline = min(deadline, limit[2])
+            link.limit = (view.version, view.opened_at, deadline)
+        link.deadline = deadline
         if view.state is _O:
             link.reopen = link.deadline
         c = state.circuit
@@ -730,6 +766,45 @@ class FleetCore:
         if (force or publishing) and c.state not in _LOCAL_ONLY:
             link.epoch = c.epoch
         self._mirror(state)
+
+    def _vet(self, state: EndpointState, link: _Link, view: SharedState, now: float) -> str | None:
+        """What makes ``view`` unusable here, naming its key; None if it is usable.
+
+        Beyond what the storage checks (:meth:`SharedState.damage`): a deadline further
+        out than any wait this fleet writes (:attr:`_horizon`), and a deadline later than
+        an earlier reply gave for the same record, by more than ``slack`` while it still
+        lies ahead: the storage's clock moved back, and following it would hold the
+        circuit past its own wait. Such a record counts as damaged until the storage's
+        clock reaches its deadline or a write replaces it (``_wait`` sets the trip's
+        horizon so that the trip does).
+        """
+        if view.problem is not None:
+            return view.problem
+        problem = view.damage(horizon=self._horizon)
+        if problem is None and view.state is not _C:
+            limit = link.limit
+            remaining = view.remaining()
+            if limit is not None and limit[0] == view.version and limit[1] == view.opened_at:
+                late = now + remaining - limit[2]
+                if remaining > self._slack and late > self._slack:
+                    problem = (
+                        f"its deadline moved {late:.6g} s later since it was first read: the storage's "
+                        "clock moved back (the round would outlast its own wait)"
+                    )
+        if problem is None:
+            return None
+        return f"key {self._key_name(state.id)}: {problem}"
+
+    def _ledger_seen(self, problem: str | None) -> bool:
+        """Take in a change log's health from a reply; False if it is damaged (report it once)."""
+        if problem is None:
+            self._ledger = None
+            return True
+        if self._ledger is None:
+            self._ledger = problem
+            self.counters.poisoned = sat_add(self.counters.poisoned)
+            self._events.append(LedgerDamaged(at=self._now, problem=problem))
+        return False
 
     def _poison(self, state: EndpointState, link: _Link, problem: str, now: float) -> None:
         """An unusable record: this endpoint alone decides locally, reported once per episode."""
@@ -787,27 +862,32 @@ class FleetCore:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _wait(self, trip: Transition | None) -> OpenWait:
+    def _wait(self, trip: Transition | None, link: _Link) -> OpenWait:
         escalation = self._escalation
         minimum = 0.0
         if trip is not None and trip.retry_after:
             minimum = trip.retry_after
             if trip.cause is Cause.RETRY_AFTER:  # the server's wait exactly, not escalated
                 escalation = Escalation(base=minimum, maximum=minimum, jitter=0.0)
-        return OpenWait(escalation=escalation, unit=self._rng.random(), minimum=minimum)
+        # The trip replaces a record whose deadline lies past the fleet's largest wait; for a
+        # record found damaged because the storage's clock moved back, past what is left of
+        # the round by this balancer's clock.
+        horizon = self._horizon
+        limit = link.limit
+        if link.problem is not None and limit is not None:
+            horizon = min(horizon, max(0.0, limit[2] - self._now) + self._slack)
+        return OpenWait(escalation=escalation, unit=self._rng.random(), minimum=minimum, horizon=horizon)
 
     def _fall_back(self, reason: str, error: BaseException) -> None:
         now = self._now
-        was_connected = self._connected
         self._connected = False
         self._sequence = None  # the next reads are full
         self._next_poll = now + self._sync_interval
         for state in self._pool.members.values():
             self._pool.set_leased(state, False, now)
-        if was_connected:
-            self.counters.fallbacks = sat_add(self.counters.fallbacks)
-        if not self._announced:  # once per outage
+        if not self._announced:  # once per outage, at start-up too: one fallback, one event
             self._announced = True
+            self.counters.fallbacks = sat_add(self.counters.fallbacks)
             self._events.append(StorageLost(at=now, reason=reason, error=error))
 
     def _link(self, state: EndpointState) -> _Link:

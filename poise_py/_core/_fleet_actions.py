@@ -114,13 +114,24 @@ class RecordUnusable:
 
 
 @attrs.frozen
+class LedgerDamaged:
+    """The namespace's change log is damaged (``problem`` names the key). Once per episode.
+
+    Polls read every record meanwhile, until a write replaces the key.
+    """
+
+    at: float
+    problem: str
+
+
+@attrs.frozen
 class JobCrashed:
     """A job raised unexpectedly (a bug in a storage or here): logged, then a fallback follows."""
 
     error: Exception
 
 
-FleetEvent = StorageLost | StorageRegained | RecordUnusable | JobCrashed
+FleetEvent = StorageLost | StorageRegained | RecordUnusable | LedgerDamaged | JobCrashed
 
 
 @attrs.define(eq=False)

@@ -3,7 +3,8 @@
 :class:`~poise_py._core._pool.Pool` reports everything the shell must react to through
 one :class:`PoolListener` handed to it at construction: circuit moves, an endpoint's
 last permit ending, panic episodes, degradation, departures, a newly armed timer and
-probe results that moved nothing. The calls are synchronous and come from inside pool
+probe results that moved nothing, a slow start's beginning and end, and an adaptive
+limit's changes. The calls are synchronous and come from inside pool
 operations, so a listener only records or forwards (it must not call back into the
 pool). :class:`NullListener` ignores everything; subclass it to hear only some events.
 """
@@ -41,6 +42,12 @@ class PoolListener(Protocol):
     def probe_result(self, state: EndpointState) -> None:
         """A current-epoch probe result moved nothing, or a probe was cancelled (a slot is free)."""
 
+    def ramp(self, state: EndpointState, *, started: bool) -> None:
+        """An endpoint's slow start began (``started``) or ended."""
+
+    def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
+        """An endpoint's adaptive concurrency limit moved a step (a quarter, at least 2) from the last report."""
+
 
 class NullListener:
     """A :class:`PoolListener` that ignores every report; subclass it to hear some."""
@@ -65,3 +72,9 @@ class NullListener:
 
     def probe_result(self, state: EndpointState) -> None:
         """Ignore a probe result."""
+
+    def ramp(self, state: EndpointState, *, started: bool) -> None:
+        """Ignore a slow start's beginning or end."""
+
+    def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
+        """Ignore a limit change."""

@@ -23,20 +23,21 @@ from __future__ import annotations
 import functools
 import heapq
 import random
-from collections.abc import Callable, Collection, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import TypeAlias
 
 from .._decision import Decision, DecisionMode
-from .._endpoint import AdminStatus, Endpoint
-from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, WeightOverflow
+from .._endpoint import MAX_IN_FLIGHT, AdminStatus, Endpoint
+from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, Overloaded, WeightOverflow
 from .._faults import Fault
 from ._circuit import Cause, CircuitState, PanicTicket, Ticket, Transition
 from ._circuit_policy import CircuitPolicy
+from ._concurrency import UNLIMITED, LoadControl, LoadPolicy, LoadState
 from ._ejection import EjectionGuard, rate_quorum, rotation_answers
 from ._listener import NullListener, PoolListener
 from ._outlier import OutlierSampler
 from ._pickers import Instant, PickFn
-from ._record import FAULT_INDEX, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
+from ._record import FAULT_INDEX, MODE_INDEX, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
 from ._routing import TRAFFIC_UNITS, Panic, Router, Routing, Scope, decision, pick_in
 from ._selection import Policy
 
@@ -52,6 +53,12 @@ _RETIRED = CircuitState.RETIRED
 _HEALTHY = DecisionMode.HEALTHY
 _SPILLOVER = DecisionMode.SPILLOVER
 _PANIC = DecisionMode.PANIC
+_LIMITED = DecisionMode.LIMITED
+_HALF_OPEN = CircuitState.HALF_OPEN
+_DROPS = frozenset({Fault.TRANSIENT, Fault.SUSPECT})
+"""Faults an adaptive limit counts as drops (the caller's, and final verdicts, say nothing of load)."""
+_AUTO = AdminStatus.AUTO
+_FORCED_HEALTHY = AdminStatus.FORCED_HEALTHY
 
 
 class Pool:
@@ -65,6 +72,10 @@ class Pool:
         panic: opt-in panic routing, or None (default: off).
         listener: hears circuit moves, idle endpoints, panic episodes, degradation,
             departures, new deadlines and probe results (default: :class:`NullListener`).
+        load: concurrency caps, adaptive limits and slow start (default: all off; see
+            ``_concurrency``). With any on, each endpoint keeps a
+            :class:`~poise_py._core._concurrency.LoadControl` and :meth:`select` admits a
+            pick only under its limit (and, while it ramps, with its slow-start share).
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
@@ -77,6 +88,7 @@ class Pool:
     router: Router
     listener: PoolListener
     guard: EjectionGuard
+    load: LoadState
 
     def __init__(
         self,
@@ -87,15 +99,23 @@ class Pool:
         routing: Routing | None = None,
         panic: Panic | None = None,
         listener: PoolListener | None = None,
+        load: LoadPolicy | None = None,
     ) -> None:
         self.circuit_policy = circuit
+        self.load = LoadState(load if load is not None else LoadPolicy())
+        """The load knobs and the endpoints in slow start (one attribute: CPython shares an
+        instance dict's keys only up to 30 of them, and the hot path reads this object's)."""
         self._rng = rng
         self._unit = rng.random
         measures = bool(getattr(policy, "measures_latency", False))
-        self._observe: Callable[[EndpointState, float, float], None] | None = (
+        self._measure: Callable[[EndpointState, float, float], None] | None = (
             policy.observe if measures else None  # type: ignore[attr-defined]
         )
-        self.timed = circuit.measures_latency or measures
+        """The policy's latency observer, if it measures latency."""
+        self._observe = self._observe_adaptive if self.load.adaptive else self._measure
+        """What a CLOSED success's latency feeds (the policy's observer, an adaptive limit's
+        sample, or nothing): one hook, so the hot path tests one attribute for both."""
+        self.timed = circuit.measures_latency or measures or self.load.adaptive
         """Whether a selection needs the time to time the call."""
         self.clocked = self.timed
         """Whether :meth:`select` needs a real ``now``: a timed pool, or a deadline pending."""
@@ -148,27 +168,39 @@ class Pool:
         added: Iterable[Endpoint] = (),
         removed: Iterable[str] = (),
         updated: Iterable[Endpoint] = (),
+        built: Sequence[EndpointState] | None = None,
     ) -> None:
         """Apply a validated membership change in O(changes).
 
         ``removed`` ids leave (their in-flight permits finish and their results are
         ignored); ``updated`` endpoints keep their state with new attributes; ``added``
         start fresh. The caller (the directory) has already checked the change is coherent.
+        ``built``: the records :meth:`build` made for ``added``, in order (None: built here).
         """
         removed = list(removed)
         updated = list(updated)
         added = list(added)
+        assert built is None or len(built) == len(added)  # noqa: S101 - one record per added endpoint
         self._weight_total = self.check_weights(added, removed, updated)
         members = self.members
+        if not self.load.controlled and any(MAX_IN_FLIGHT in e.metadata for e in (*added, *updated)):
+            self._take_control()
         for endpoint_id in removed:
             state = members.pop(endpoint_id)
+            self.load.ramping.pop(state, None)
+            self.load.controls.pop(state, None)
+            self.load.overloaded.pop(state, None)
             self._detach(state)
             state.live = False
             self.guard.leave(state)
             self.listener.left(state)
+        slow_start = self.load.slow_start is not None and bool(members)
         for endpoint in updated:
             state = members[endpoint.id]
             old = state.endpoint
+            control = self.load.controls.get(state)
+            if control is not None:
+                control.recap(self._cap(endpoint))
             if (old.tier, old.zone, old.weight) == (endpoint.tier, endpoint.zone, endpoint.weight):
                 state.endpoint = endpoint
             else:  # routing structures key on these: leave them and come back
@@ -179,13 +211,16 @@ class Pool:
             # or a retirement was about the old one, so the circuit starts afresh.
             if state.circuit.parked:
                 self._moved(state, state.circuit.reset(now))
-        observed = self._observe is not None
-        for endpoint in added:
-            state = EndpointState(endpoint, self.circuit_policy, self._unit, now)
-            if observed:
-                # A latency-measuring policy needs every success's latency: the exit
-                # reads the clock for each, and succeed() feeds the policy.
-                state.circuit.clock_every_success()
+        for state in self.build(added, now) if built is None else built:
+            endpoint = state.endpoint
+            state.circuit.closed_at = now  # built a little earlier: it joins now
+            if self.load.controlled:
+                adaptive = self.load.policy.adaptive
+                self.load.controls[state] = LoadControl(
+                    self._cap(endpoint), None if adaptive is None else adaptive.limiter()
+                )
+                if slow_start:  # the first members start together: nothing to ramp against
+                    self._ramp(state, now)
             members[endpoint.id] = state
             self._attach(state)
         self.guard.resize(len(members))
@@ -195,6 +230,29 @@ class Pool:
             self._outlier_armed = True
             self._schedule_outliers(now)
             self.listener.armed()
+
+    def _take_control(self) -> None:
+        """The first endpoint with its own ``max_in_flight`` arrived: every member gets a LoadControl."""
+        self.load.controlled = True
+        for state in self.members.values():
+            self.load.controls[state] = LoadControl(self._cap(state.endpoint), None)
+
+    def build(self, endpoints: Iterable[Endpoint], now: float) -> list[EndpointState]:
+        """Fresh records for ``endpoints``, not yet members: :meth:`apply` takes them as ``built``.
+
+        Constructing the records is most of what adding an endpoint costs, and touches
+        nothing live, so a shell builds a large update's records a chunk at a time (the
+        event loop runs between chunks) and commits them in one :meth:`apply`.
+        """
+        policy = self.circuit_policy
+        unit = self._unit
+        states = [EndpointState(endpoint, policy, unit, now) for endpoint in endpoints]
+        if self._observe is not None:
+            # A latency-measuring policy (or an adaptive limit) needs every success's
+            # latency: the exit reads the clock for each, and succeed() feeds it.
+            for state in states:
+                state.circuit.clock_every_success()
+        return states
 
     def check_weights(self, added: Iterable[Endpoint], removed: Iterable[str], updated: Iterable[Endpoint]) -> int:
         """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
@@ -236,6 +294,11 @@ class Pool:
                 state, choice = self._pick_excluding(self.router.fast, choice, key, exclude)
         else:
             state, choice = self._route(key, exclude)
+        load = self.load
+        if load.controlled:
+            control = load.controls.get(state)
+            if control is not None and (state.inflight >= control.limit or control.ramp_since is not None):
+                state, choice = self._admit(state, choice, key, exclude, now)
         ticket = state.admit  # the hot path: CLOSED (see Circuit.try_acquire)
         if ticket is None:
             circuit = state.circuit
@@ -288,6 +351,126 @@ class Pool:
                     return state, fallback
         raise self._no_eligible(exclude)
 
+    # -- load: concurrency limits and slow start --------------------------------------
+
+    def _cap(self, endpoint: Endpoint) -> int:
+        """The endpoint's fixed cap: its metadata's ``max_in_flight``, else the balancer's, else none."""
+        cap = endpoint.metadata.get(MAX_IN_FLIGHT)
+        if cap is None:
+            cap = self.load.policy.max_in_flight
+        return UNLIMITED if cap is None else int(cap)
+
+    def _keeps(self, state: EndpointState, since: float, now: float) -> bool:
+        """Slow start's share: keep a ramping pick with probability its ramp factor (ends the ramp when done)."""
+        slow_start = self.load.slow_start
+        assert slow_start is not None  # noqa: S101 - only ramps with slow start
+        factor = slow_start.factor(now - since)
+        if factor >= 1.0:
+            self._end_ramp(state)
+            return True
+        return self._unit() < factor
+
+    def _admit(
+        self, state: EndpointState, choice: Decision, key: Hashable | None, exclude: Collection[str], now: float
+    ) -> tuple[EndpointState, Decision]:
+        """Admit the pick under its limit and slow start, or pick again among the others.
+
+        An endpoint at its limit is passed over (the call is LIMITED, or :class:`Overloaded`
+        when every candidate is at its limit); one in slow start is kept with probability
+        its ramp factor, so every policy gives it that share of what it would get, and
+        slow start alone never refuses a call (the first passed-over pick is the last resort).
+        """
+        first, first_mode = state, choice.mode
+        refused: set[str] = set(exclude)
+        thinned: tuple[EndpointState, Decision] | None = None
+        limited = 0
+        while True:
+            control = self.load.controls.get(state)
+            if control is not None and state.inflight >= control.limit:
+                limited += 1
+            elif control is None or control.ramp_since is None or self._keeps(state, control.ramp_since, now):
+                break
+            elif thinned is None:
+                thinned = (state, choice)
+            refused.add(state.endpoint.id)
+            found = self._pick_outside(refused, key)
+            if found is None:
+                if thinned is not None:
+                    state, choice = thinned
+                    break
+                raise Overloaded(limited, retry_after=self._overload_retry(now))
+            state, choice = found
+        if state is not first:
+            if first_mode is not _HEALTHY:  # the routed path counted the pick it passed over
+                i = MODE_INDEX[first_mode]
+                first.mode_selections[i] = max(0, first.mode_selections[i] - 1)
+            if limited:
+                choice = decision(_LIMITED, choice.tier)
+            count_selection(state, choice.mode)
+        return state, choice
+
+    def _pick_outside(self, refused: set[str], key: Hashable | None) -> tuple[EndpointState, Decision] | None:
+        """A pick outside ``refused``, in the scopes' order of preference, not yet counted."""
+        unit = self._unit
+        for scope, fallback in self.router.fallback:
+            if scope.candidates:
+                state = pick_in(scope, key, refused, unit)
+                if state is not None:
+                    return state, fallback
+        return None
+
+    def _overload_retry(self, now: float) -> float | None:
+        """When a slot is likely to free: now plus the shortest long-term latency an adaptive limit measured."""
+        shortest: float | None = None
+        for state in self.members.values():
+            control = self.load.controls.get(state)
+            limiter = None if control is None else control.limiter
+            rtt = getattr(limiter, "long_rtt", None)
+            if isinstance(rtt, float) and rtt > 0 and (shortest is None or rtt < shortest):
+                shortest = rtt
+        return None if shortest is None else now + shortest
+
+    def _ramp(self, state: EndpointState, now: float) -> None:
+        """Start ``state``'s slow start now."""
+        control = self.load.controls.get(state)
+        if control is None or self.load.slow_start is None:
+            return
+        control.ramp_since = now
+        self.load.ramping[state] = None
+        self.clocked = True
+        self.listener.ramp(state, started=True)
+
+    def _end_ramp(self, state: EndpointState) -> None:
+        control = self.load.controls.get(state)
+        if control is not None and control.ramp_since is not None:
+            control.ramp_since = None
+            self.load.ramping.pop(state, None)
+            self.listener.ramp(state, started=False)
+
+    def ramp_factor(self, state: EndpointState, now: float) -> float:
+        """The share of its weight ``state`` gets now (1.0 unless it is in slow start)."""
+        control = self.load.controls.get(state)
+        slow_start = self.load.slow_start
+        if control is None or control.ramp_since is None or slow_start is None:
+            return 1.0
+        return slow_start.factor(now - control.ramp_since)
+
+    def _sample(self, state: EndpointState, latency: float, in_flight: int, fault: Fault | None) -> None:
+        """Feed a completed call to ``state``'s adaptive limit; tell the listener when it moved."""
+        control = self.load.controls.get(state)
+        if control is None:
+            return
+        changed = control.sample(latency, in_flight, drop=fault in _DROPS)
+        if changed is not None:
+            previous = control.reported
+            if abs(changed - previous) >= max(2, previous // 4):  # a step, not every nudge
+                control.reported = changed
+                self.listener.limit_changed(state, changed, previous)
+
+    def control(self, state: EndpointState) -> LoadControl | None:
+        """``state``'s concurrency limit and slow start, or None while no load knob is on."""
+        return self.load.controls.get(state)
+
     def _no_eligible(self, exclude: Collection[str], *, refused: int | None = None) -> EmptyPool | NoEligibleEndpoints:
         return no_eligible(self.members.values(), exclude, refused)
 
@@ -319,8 +502,14 @@ class Pool:
         # The hot path of every call: a CLOSED circuit records it in place.
         if not (state.live and state.record_success(ticket, now, started)):
             self._record(state, ticket, None, now, latency=now - started, retry_after=None)
-        elif self._observe is not None:  # a latency-measuring policy (_record feeds it on the long way)
+        elif self._observe is not None:  # a latency observer or limit (_record feeds them on the long way)
             self._observe(state, now - started, now)
+
+    def _observe_adaptive(self, state: EndpointState, latency: float, now: float) -> None:
+        """A CLOSED success's latency, with an adaptive limit on: sample it, then measure it."""
+        self._sample(state, latency, state.inflight + 1, None)  # in flight when it completed
+        if self._measure is not None:
+            self._measure(state, latency, now)
 
     def complete(
         self,
@@ -331,15 +520,22 @@ class Pool:
         *,
         latency: float | None = None,
         retry_after: float | None = None,
+        overload: bool = False,
     ) -> None:
-        """Record a finished call. A returned error is completed work, like a success."""
+        """Record a finished call. A returned error is completed work, like a success.
+
+        ``overload``: the failure is load-shaped (a timeout, an overload answer). While
+        another endpoint had one within the circuit policy's ``overload_window``, the pool
+        is under load and this one is no strike: counted, fed to an adaptive limit, and
+        the circuit hears it only as a skip (a Retry-After is still honoured).
+        """
         self._release(state)
         if fault is None:
             state.count_success()
         else:
             i = FAULT_INDEX[fault]
             state.faults[i] = sat_add(state.faults[i])
-        self._record(state, ticket, fault, now, latency=latency, retry_after=retry_after)
+        self._record(state, ticket, fault, now, latency=latency, retry_after=retry_after, overload=overload)
 
     def _record(
         self,
@@ -350,11 +546,15 @@ class Pool:
         *,
         latency: float | None,
         retry_after: float | None,
+        overload: bool = False,
     ) -> None:
         if self.orphans:
             self.release_orphans()
         if latency is not None and self._observe is not None and state.live:
-            self._observe(state, latency, now)
+            if self.load.adaptive:  # a completed call; cancellations are never sampled
+                self._sample(state, latency, state.inflight + 1, fault)  # in flight when it completed
+            if self._measure is not None:
+                self._measure(state, latency, now)
         if type(ticket) is PanicTicket:
             return  # counted on the endpoint; never moves the circuit (see PanicTicket)
         circuit = state.circuit
@@ -362,6 +562,7 @@ class Pool:
             state.stale = sat_add(state.stale)
             if not state.live:
                 return
+        shared = overload and fault is not None and self._loaded(state, now)
         before = circuit.suppressed_ejections
         degraded = circuit.degraded
         guard = self.guard
@@ -373,6 +574,7 @@ class Pool:
             latency=latency,
             retry_after=retry_after,
             may_eject=may_eject,
+            shared=shared,
             quorum=self._quorum,
             vouch=None if may_eject else functools.partial(rotation_answers, self.members.values(), state, now),
         )
@@ -385,6 +587,34 @@ class Pool:
             self._sync(state)
             if ticket.epoch == circuit.epoch:
                 self.listener.probe_result(state)
+
+    def _loaded(self, state: EndpointState, now: float) -> bool:
+        """Whether ``state``'s load-shaped failure is the pool's load: another endpoint had one recently.
+
+        Marks ``state`` (the next endpoint to fail this way sees it) and forgets marks older
+        than the circuit policy's ``overload_window``; None there: never (every failure is
+        the endpoint's own, as before 0.3).
+        """
+        window = self.circuit_policy.overload_window
+        if window is None:
+            return False
+        marks = self.load.overloaded
+        since = now - window
+        loaded = False
+        stale: list[EndpointState] = []
+        for other, at in marks.items():
+            if at < since:
+                stale.append(other)
+            elif other is not state:
+                loaded = True
+                break
+        for other in stale:
+            del marks[other]
+        marks.pop(state, None)
+        marks[state] = now  # latest last: the freshest marks are found last, the stale first
+        if loaded:
+            self.load.shared_faults = sat_add(self.load.shared_faults)
+        return loaded
 
     def cancel(self, state: EndpointState, ticket: Ticket) -> None:
         """Release a permit that ended without an outcome. No window changes."""
@@ -451,23 +681,36 @@ class Pool:
                     self._moved(state, transition)
         self.clocked = self.timed or bool(deadlines)
 
-    def set_admin(self, endpoint_id: str, status: AdminStatus) -> EndpointState:
-        """Set an operator status; raises KeyError for an unknown id."""
+    def set_admin(self, endpoint_id: str, status: AdminStatus, now: float = 0.0) -> EndpointState:
+        """Set an operator status; raises KeyError for an unknown id.
+
+        With slow start, an endpoint an operator takes back into service (from DRAINING,
+        DISABLED or FORCED_UNHEALTHY) ramps up from ``now``.
+        """
         state = self.members[endpoint_id]
+        back = state.admin not in (_AUTO, _FORCED_HEALTHY) and status in (_AUTO, _FORCED_HEALTHY)
         state.admin = status
         self._sync(state)
+        if back and self.load.slow_start is not None:
+            self._ramp(state, now)
         return state
 
     def reset_circuit(self, state: EndpointState, now: float) -> None:
         """Reset one circuit to a fresh CLOSED epoch (operator action, rediscovery)."""
         self._moved(state, state.circuit.reset(now))
 
-    def set_health(self, state: EndpointState, refusal: IneligibleReason | None) -> None:
-        """Record active health's verdict for one endpoint (None: it may serve); O(1)."""
+    def set_health(self, state: EndpointState, refusal: IneligibleReason | None, now: float = 0.0) -> None:
+        """Record active health's verdict for one endpoint (None: it may serve); O(1).
+
+        With slow start, an endpoint active health lets back in ramps up from ``now``.
+        """
         if refusal is not state.health_refusal:
+            back = refusal is None
             state.health_refusal = refusal
             if state.live:
                 self._sync(state)
+                if back and self.load.slow_start is not None:
+                    self._ramp(state, now)
 
     def set_readiness(self, state: EndpointState, reason: IneligibleReason | None) -> None:
         """Keep ``state`` out as NOT_READY or QUARANTINED, or (None) let the rest decide; O(1)."""
@@ -547,6 +790,8 @@ class Pool:
     def _moved(self, state: EndpointState, transition: Transition) -> None:
         if transition.target is _OPEN and transition.reopen_at is not None:
             self._push(transition.reopen_at, state, transition.epoch)
+        elif transition.target is _CLOSED and transition.source is not _CLOSED and self.load.slow_start is not None:
+            self._ramp(state, transition.at)  # readmitted after an ejection: ramp back up
         self._sync(state)
         self.listener.transition(state, transition)
         if self.guard.next_to_eject() is not None:

@@ -20,12 +20,28 @@ class DiscoveryEnd(enum.Enum):
     """Empty the pool; ``acquire`` raises ``DiscoveryClosed``."""
 
 
-def _endpoint_tuple(value: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
+def _endpoint_tuple(knob: str, value: object) -> tuple[Endpoint, ...]:
+    if isinstance(value, Endpoint):
+        raise ConfigError(knob, f"must be a collection of Endpoint values, got one Endpoint: write [{value!r:.80}]")
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigError(knob, f"must be a collection of Endpoint values (a list, a tuple...), got {value!r:.80}")
     items = tuple(value)
     for e in items:
         if not isinstance(e, Endpoint):
-            raise ConfigError("endpoints", f"must hold Endpoint values, got {e!r}")
+            raise ConfigError(knob, f"must hold Endpoint values, got {e!r:.80}")
     return items
+
+
+def _endpoints(value: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
+    return _endpoint_tuple("endpoints", value)
+
+
+def _added(value: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
+    return _endpoint_tuple("added", value)
+
+
+def _updated(value: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
+    return _endpoint_tuple("updated", value)
 
 
 def _id_tuple(value: Iterable[str]) -> tuple[str, ...]:
@@ -43,7 +59,7 @@ class Snapshot:
     """The whole pool as of ``revision``."""
 
     revision: int
-    endpoints: tuple[Endpoint, ...] = attrs.field(converter=_endpoint_tuple)
+    endpoints: tuple[Endpoint, ...] = attrs.field(converter=_endpoints)
 
 
 @attrs.frozen(kw_only=True)
@@ -51,9 +67,9 @@ class Delta:
     """A change to the pool as of ``revision``: ids added, removed and updated."""
 
     revision: int = attrs.field(kw_only=False)
-    added: tuple[Endpoint, ...] = attrs.field(default=(), converter=_endpoint_tuple)
+    added: tuple[Endpoint, ...] = attrs.field(default=(), converter=_added)
     removed: tuple[str, ...] = attrs.field(default=(), converter=_id_tuple)
-    updated: tuple[Endpoint, ...] = attrs.field(default=(), converter=_endpoint_tuple)
+    updated: tuple[Endpoint, ...] = attrs.field(default=(), converter=_updated)
 
 
 Update = Snapshot | Delta

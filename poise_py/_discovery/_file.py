@@ -22,14 +22,19 @@ of the wrong type, any unicode), reading it gives either endpoints or one
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
 import re
 import reprlib
+import stat
+import threading
 import tomllib
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, TypeAlias
+from functools import partial
+from typing import Any, TypeAlias, TypeVar, cast
 
 import anyio
 
@@ -41,6 +46,7 @@ from .._knobs import check_count, check_duration
 logger = logging.getLogger("poise_py")
 
 ErrorHook: TypeAlias = Callable[[EndpointsFileError], None]
+T = TypeVar("T")
 
 _FORMATS = {".json": "json", ".toml": "toml"}
 
@@ -274,10 +280,76 @@ def _key(endpoints: tuple[Endpoint, ...]) -> list[tuple[Endpoint, dict[str, Any]
     return [(e, dict(e.metadata)) for e in endpoints]
 
 
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+"""Opening never waits (a FIFO with no writer opens at once) nor adopts a terminal."""
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class _NotRegular(Exception):  # noqa: N818 - internal marker, turned into an EndpointsFileError
+    """The path names something other than a regular file (its ``args[0]`` says what)."""
+
+
 def _read(path: str, max_bytes: int) -> bytes:
-    """Read at most ``max_bytes`` (plus one, to tell a file that is too large); runs in a thread."""
-    with open(path, "rb") as f:
+    """Read at most ``max_bytes`` (plus one, to tell a file that is too large); runs in a thread.
+
+    Only a regular file is read: a FIFO, a device or a directory could block the read
+    forever or never end, so it is refused as soon as it is opened (without waiting).
+    """
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _NotRegular(next((kind for test, kind in _KINDS if test(mode)), "not a regular file"))
+    with open(fd, "rb") as f:  # it owns the descriptor from here
         return f.read(max_bytes + 1)
+
+
+async def _off_loop(work: Callable[[], T]) -> T:
+    """``work()`` in a daemon thread of its own, which the caller never waits for once cancelled.
+
+    A read from a hung network mount may never return. ``anyio.to_thread`` would keep the
+    caller's cancellation (``async with lb`` exiting) waiting for it, and its asyncio worker
+    threads keep the interpreter from exiting; this thread is abandoned on cancellation,
+    and a daemon, so neither the event loop nor the process waits for it.
+    """
+    done = anyio.Event()
+    outcome: list[tuple[bool, Any]] = []
+    call_soon = _call_soon_threadsafe()
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting task
+            outcome.append((False, exc))
+        with contextlib.suppress(Exception):  # the loop is gone: nobody waits for this any more
+            call_soon(done.set)
+
+    threading.Thread(target=run, name="poise_py FileDiscovery read", daemon=True).start()
+    await done.wait()
+    ok, value = outcome[0]
+    if ok:
+        return cast("T", value)
+    raise value
+
+
+def _call_soon_threadsafe() -> Callable[[Callable[[], object]], object]:
+    """How another thread schedules a callback on the running event loop (Trio or asyncio)."""
+    if anyio.get_cancelled_exc_class().__module__.startswith("trio"):
+        import trio  # noqa: PLC0415 - only when running on Trio
+
+        return trio.lowlevel.current_trio_token().run_sync_soon
+    return asyncio.get_running_loop().call_soon_threadsafe
 
 
 class FileDiscovery:
@@ -294,9 +366,14 @@ class FileDiscovery:
     atomically (write a temporary file, then rename it) to avoid even the transient
     read. Revisions keep growing across iterations.
 
-    The file is read in a worker thread, and parsed in one too when it is 64 KiB or
-    more (a JSON endpoint list entry by entry, so the thread hands the GIL back to the
-    event loop between entries): a large file no longer stalls the loop for the parse.
+    Only a regular file is read: a FIFO, a device, a socket or a directory is a problem
+    like any other (an :class:`EndpointsFileError` saying what it is), found without
+    waiting for a writer. The file is read in a daemon thread of its own that nothing
+    waits for once the stream is cancelled, so a read that hangs (a hung network mount)
+    never keeps ``async with lb`` from exiting, nor the process. It is parsed in a worker
+    thread too when it is 64 KiB or more (a JSON endpoint list entry by entry, so the
+    thread hands the GIL back to the event loop between entries): a large file no longer
+    stalls the loop for the parse.
 
     Args:
         path: the file.
@@ -320,13 +397,23 @@ class FileDiscovery:
         on_error: ErrorHook | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
-        self.path: str = os.fspath(path)
+        try:
+            name: object = os.fspath(path)
+        except TypeError:
+            name = None
+        if not isinstance(name, str) or not name:
+            raise ConfigError("path", f"must be a file name (a non-empty str or pathlib.Path), got {path!r:.80}")
+        self.path: str = name
         self.interval: float = check_duration("interval", interval)
         fmt = _FORMATS.get(os.path.splitext(self.path)[1].lower()) if format is None else format
         if fmt is None:
-            raise ConfigError("format", f"cannot tell from {self.path!r}: pass 'json' or 'toml'")
+            raise ConfigError(
+                "format",
+                f"cannot tell from the path {self.path!r:.80} (no .json or .toml suffix): "
+                "pass format='json' or format='toml'",
+            )
         if fmt not in ("json", "toml"):
-            raise ConfigError("format", f"must be 'json' or 'toml', got {fmt!r}")
+            raise ConfigError("format", f"must be 'json' or 'toml', got {fmt!r:.80}")
         if on_error is not None and not callable(on_error):
             raise ConfigError("on_error", f"must be callable, got {on_error!r}")
         check_count("max_bytes", max_bytes, why="bytes")
@@ -343,7 +430,9 @@ class FileDiscovery:
 
     async def _read(self) -> bytes:
         try:
-            data = await anyio.to_thread.run_sync(_read, self.path, self.max_bytes)
+            data = await _off_loop(partial(_read, self.path, self.max_bytes))
+        except _NotRegular as exc:
+            raise EndpointsFileError(self.path, f"is {exc.args[0]}, not a regular file: not read") from None
         except OSError as exc:
             raise EndpointsFileError(self.path, f"cannot be read: {exc.strerror or exc}") from exc
         if len(data) > self.max_bytes:
@@ -355,7 +444,7 @@ class FileDiscovery:
     async def _parse(self, data: bytes) -> tuple[Endpoint, ...]:
         if len(data) < THREAD_PARSE_BYTES:
             return parse_endpoints(data, self.format, self.path)
-        return await anyio.to_thread.run_sync(parse_endpoints, data, self.format, self.path)
+        return await anyio.to_thread.run_sync(parse_endpoints, data, self.format, self.path, abandon_on_cancel=True)
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self._stream()

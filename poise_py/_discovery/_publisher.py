@@ -164,7 +164,9 @@ class DiscoveryPublisher:
     def __del__(self) -> None:
         # Dropping the publisher ends the streams, as dropping poise-rs's sender does.
         # Only flags and Event.set(): safe wherever the garbage collector runs us.
-        self._channel.close()
+        channel: _Channel | None = getattr(self, "_channel", None)  # None: __init__ refused its arguments
+        if channel is not None:
+            channel.close()
 
 
 class Subscription:

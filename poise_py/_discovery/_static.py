@@ -17,7 +17,8 @@ class StaticDiscovery:
     """The one snapshot it delivers."""
 
     def __init__(self, endpoints: Iterable[Endpoint]) -> None:
-        self.snapshot = Snapshot(1, tuple(endpoints))
+        """Deliver ``endpoints`` (a collection of :class:`Endpoint`; ConfigError otherwise)."""
+        self.snapshot = Snapshot(1, endpoints)
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self._stream()

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, Callable, Collection, Hashable
+from collections.abc import AsyncIterable, Callable, Collection, Hashable, Iterable
 from typing import Any
 
 from .._extras import missing_extra
@@ -47,7 +47,7 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a sub
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.grpc", "grpc"), name=_missing.name) from None
 
 from .. import classify as _classify
-from .._balancer import LoadBalancer
+from .._balancer import LoadBalancer, classifier_problem
 from .._classify import Classifier
 from .._core._retry import Next, check_attempts
 from .._endpoint import Endpoint
@@ -75,6 +75,13 @@ def _require_asyncio() -> None:
             "(Trio?). Run this balancer under asyncio (anyio.run(..., backend='asyncio')), or take the permit "
             "yourself (async with lb.acquire()) and make the sync grpc call in a worker thread (anyio.to_thread)."
         ) from None
+
+
+def _items(knob: str, value: object, what: str) -> tuple[Any, ...]:
+    """``value`` as a tuple, if it is a collection (one bare string is not)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigError(knob, f"must be {what}, got {value!r:.80}")
+    return tuple(value)
 
 
 def endpoint_target(endpoint: Endpoint) -> str:
@@ -167,10 +174,17 @@ class ChannelFactory:
         if not callable(target):
             raise ConfigError("target", f"must be a callable endpoint -> target, got {target!r}")
         if credentials is not None and not isinstance(credentials, grpc.ChannelCredentials):
-            raise ConfigError("credentials", f"must be grpc.ChannelCredentials or None, got {credentials!r}")
+            raise ConfigError("credentials", f"must be grpc.ChannelCredentials or None, got {credentials!r:.80}")
+        pairs = _items("options", options, "a collection of (name, value) channel arguments")
+        if not all(isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str) for o in pairs):
+            raise ConfigError(
+                "options", f"must hold (name, value) pairs such as ('grpc.lb_policy_name', ...), got {options!r:.80}"
+            )
+        if interceptors is not None:
+            interceptors = _items("interceptors", interceptors, "a collection of client interceptors or None")
         self._target = target
         self._credentials = credentials
-        self._options = tuple(options)
+        self._options = pairs
         self._compression = compression
         self._interceptors = list(interceptors) if interceptors is not None else None
 
@@ -197,10 +211,13 @@ class ChannelFactory:
         await resource.aclose()
 
 
-def _split(verdict: Fault | Classification) -> tuple[Fault, float | None]:
+def _report(permit: Permit, verdict: Fault | Classification) -> Fault:
+    """Report ``verdict`` on ``permit``; the fault recorded."""
     if isinstance(verdict, Classification):
-        return verdict.fault, verdict.retry_after
-    return verdict, None
+        permit.fail(verdict.fault, retry_after=verdict.retry_after, overload=verdict.overload)
+        return verdict.fault
+    permit.fail(verdict)
+    return verdict
 
 
 class BalancedChannel:
@@ -230,17 +247,17 @@ class BalancedChannel:
         if not isinstance(lb, LoadBalancer):
             raise ConfigError("lb", f"must be a LoadBalancer, got {lb!r}")
         if classifier is not None and not callable(classifier):
-            raise ConfigError("classifier", f"must be callable, got {classifier!r}")
-        if isinstance(idempotent, str) or not all(isinstance(m, str) and m.startswith("/") for m in idempotent):
-            raise ConfigError(
-                "idempotent", f"must be a collection of '/package.Service/Method' names, got {idempotent!r}"
-            )
+            raise ConfigError("classifier", classifier_problem(classifier))
+        what = "a collection of '/package.Service/Method' names"
+        methods = _items("idempotent", idempotent, what)
+        if not all(isinstance(m, str) and m.startswith("/") for m in methods):
+            raise ConfigError("idempotent", f"must be {what}, got {idempotent!r:.80}")
         check_attempts(attempts)
         if key is not None and not callable(key):
             raise ConfigError("key", f"must be a callable (method, request) -> key, got {key!r}")
         self._lb = lb
         self._classifier = classifier if classifier is not None else _classify.grpc()
-        self._idempotent = frozenset(idempotent)
+        self._idempotent = frozenset(methods)
         self._attempts = attempts
         self._key = key
 
@@ -331,9 +348,7 @@ class BalancedChannel:
             verdict = Fault.SUSPECT
         if not isinstance(verdict, Fault | Classification):
             verdict = Fault.SUSPECT
-        fault, retry_after = _split(verdict)
-        permit.fail(fault, retry_after=retry_after)
-        return fault
+        return _report(permit, verdict)
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -2,10 +2,13 @@
 
 ::
 
-    from poise_py.contrib.httpx import PoiseTransport
+    from poise_py.contrib.httpx import balanced_client
 
-    async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url="http://api") as client:
+    async with lb, balanced_client(lb, base_url="http://api") as client:
         response = await client.get("/v1/things")
+
+(``balanced_client`` is an ``httpx.AsyncClient`` whose transport is
+``PoiseTransport(lb, host="api")``.)
 
 Each request takes a permit, goes to the chosen endpoint (the URL's scheme, host and port
 are rewritten to the endpoint's ``address``; the path, query and ``Host`` header are
@@ -21,9 +24,10 @@ A successful response keeps its permit until its body has been read or closed, s
 connection reset mid-body counts against the endpoint and the in-flight count stays
 true while a body streams. It runs wherever httpx runs: Trio and asyncio.
 
-Safety: a transport serves one host (``host=``, or the host of the first request it
-sees); a request for another host raises :class:`~poise_py.ConfigError` instead of going
-to the pool (mount one transport per host with ``httpx.AsyncClient(mounts=...)``). An
+Safety: a transport serves the one host it was built for (``host=``, or the ``base_url``
+host with :func:`balanced_client`), decided at construction and never by a request; a
+request for another host raises :class:`~poise_py.ConfigError` instead of going to the
+pool (mount one transport per host with ``httpx.AsyncClient(mounts=...)``). An
 ``https`` request is never sent to an ``http://`` address unless the endpoint's metadata
 says ``{"allow_http_downgrade": True}``. An endpoint whose address the transport cannot
 use (or that would downgrade) is the endpoint's FATAL fault: it is ejected, not called
@@ -50,7 +54,7 @@ except ImportError:
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.httpx", "httpx"), name="httpx") from None
 
 from .. import classify as _classify
-from .._balancer import LoadBalancer
+from .._balancer import LoadBalancer, classifier_problem
 from .._classify import Classifier
 from .._core._retry import Next, check_attempts
 from .._endpoint import Endpoint
@@ -58,7 +62,7 @@ from .._errors import ConfigError
 from .._faults import Classification, Fault
 from .._permit import Permit
 
-__all__ = ["ALLOW_HTTP_DOWNGRADE", "IDEMPOTENT_METHODS", "PoiseTransport", "endpoint_url"]
+__all__ = ["ALLOW_HTTP_DOWNGRADE", "IDEMPOTENT_METHODS", "PoiseTransport", "balanced_client", "endpoint_url"]
 
 ALLOW_HTTP_DOWNGRADE = "allow_http_downgrade"
 """The endpoint metadata key that lets an ``https`` request go to its ``http://`` address."""
@@ -127,11 +131,90 @@ def _point(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
     raise _unusable(endpoint, "")
 
 
+def _check_host(host: object) -> bytes:
+    """``host`` as the transport compares it with a request's host (IDNA-encoded, lowercase)."""
+    if not isinstance(host, str) or not host:
+        raise ConfigError(
+            "host",
+            f"must be the host name this transport serves, such as 'api.internal', got {host!r:.80} "
+            "(or build the client with poise_py.contrib.httpx.balanced_client(lb, base_url=...))",
+        )
+    if "://" in host:
+        raise ConfigError(
+            "host",
+            f"must be a host name such as 'api.internal', not a URL, got {host!r:.80} "
+            "(for a base URL use poise_py.contrib.httpx.balanced_client(lb, base_url=...))",
+        )
+    literal = f"[{host}]" if host.count(":") > 1 and not host.startswith("[") else host  # an IPv6 address
+    try:
+        url = httpx.URL(f"http://{literal}/")
+    except httpx.InvalidURL as exc:
+        raise ConfigError("host", f"must be a host name such as 'api.internal', got {host!r:.80} ({exc})") from None
+    raw = url.raw_host.lower()
+    if url.port is not None or url.userinfo or url.path != "/" or not raw or b"%" in raw:
+        raise ConfigError(
+            "host",
+            f"must be a bare host name such as 'api.internal' (no port, path or user), got {host!r:.80}: "
+            "the transport sends each request to its endpoint's address, whatever the URL's port",
+        )
+    return raw
+
+
+def balanced_client(
+    lb: LoadBalancer,
+    base_url: str | httpx.URL,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    classifier: Classifier | None = None,
+    gateway: Fault = Fault.SUSPECT,
+    attempts: int = 1,
+    key: Any = None,
+    **client_kwargs: Any,
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` for ``base_url`` whose requests for its host go through ``lb``.
+
+    ``balanced_client(lb, "http://inventory", timeout=5)`` is
+    ``httpx.AsyncClient(base_url="http://inventory", transport=PoiseTransport(lb,
+    host="inventory"), timeout=5)``: the transport is bound to ``base_url``'s host when
+    the client is built, so a request for any other host (an absolute URL) raises
+    :class:`~poise_py.ConfigError` instead of reaching the pool.
+
+    Args:
+        lb: the balancer.
+        base_url: an ``http`` or ``https`` URL with a host; relative requests go to it.
+        transport: the inner transport that sends each request (as for
+            :class:`PoiseTransport`).
+        classifier: exception -> fault for transport errors (as for :class:`PoiseTransport`).
+        gateway: the fault for 502/503/504 responses (as for :class:`PoiseTransport`).
+        attempts: tries per idempotent request (as for :class:`PoiseTransport`).
+        key: request -> hashing key (as for :class:`PoiseTransport`).
+        **client_kwargs: anything else ``httpx.AsyncClient`` takes (``timeout``,
+            ``headers``, ``mounts``...).
+    """
+    try:
+        url = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError):
+        url = None
+    if url is None or url.scheme not in _SCHEMES or not url.host:
+        raise ConfigError(
+            "base_url", f"must be an http(s) URL with a host, such as 'http://api.internal', got {base_url!r:.80}"
+        )
+    balanced = PoiseTransport(
+        lb, host=url.host, transport=transport, classifier=classifier, gateway=gateway, attempts=attempts, key=key
+    )
+    return httpx.AsyncClient(base_url=url, transport=balanced, **client_kwargs)
+
+
 class PoiseTransport(httpx.AsyncBaseTransport):
-    """Balance an ``httpx.AsyncClient``'s requests over ``lb``'s endpoints.
+    """Balance an ``httpx.AsyncClient``'s requests for one host over ``lb``'s endpoints.
 
     Args:
         lb: a running balancer (``acquire`` raises outside ``async with lb``).
+        host: the one host this transport serves (``"api.internal"``: the ``base_url``
+            host, without scheme or port). A request for any other host raises
+            :class:`~poise_py.ConfigError` (``host``) rather than go to this pool: give
+            each host its own transport with ``httpx.AsyncClient(mounts=...)``, or let
+            :func:`balanced_client` take it from ``base_url``.
         transport: what sends each request once it is pointed at an endpoint (default a
             new ``httpx.AsyncHTTPTransport()``); closed with this transport.
         classifier: exception -> fault for transport errors (default
@@ -143,50 +226,53 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             FATAL or PERMANENT outcome, within the balancer's retry budget. The last
             response (or error) is what the caller gets.
         key: request -> hashing key for hashing policies (None: no key).
-        host: the one host this transport serves (the ``base_url`` host, say); by default
-            the host of the first request it sees. A request for any other host raises
-            :class:`~poise_py.ConfigError` (``host``) rather than go to this pool: give
-            each host its own transport with ``httpx.AsyncClient(mounts=...)``.
     """
 
     def __init__(
         self,
         lb: LoadBalancer,
         *,
+        host: str,
         transport: httpx.AsyncBaseTransport | None = None,
         classifier: Classifier | None = None,
         gateway: Fault = Fault.SUSPECT,
         attempts: int = 1,
         key: Any = None,
-        host: str | None = None,
     ) -> None:
         if not isinstance(lb, LoadBalancer):
-            raise ConfigError("lb", f"must be a LoadBalancer, got {lb!r}")
+            raise ConfigError("lb", f"must be a LoadBalancer, got {lb!r:.80}")
+        self._host: bytes = _check_host(host)
         if not isinstance(gateway, Fault):
-            raise ConfigError("gateway", f"must be a Fault, got {gateway!r}")
+            raise ConfigError("gateway", f"must be a Fault, got {gateway!r:.80}")
         check_attempts(attempts)
         if key is not None and not callable(key):
-            raise ConfigError("key", f"must be a callable request -> key, got {key!r}")
-        if host is not None and (not isinstance(host, str) or not host):
-            raise ConfigError("host", f"must be a non-empty host name or None, got {host!r}")
+            raise ConfigError("key", f"must be a callable request -> key, got {key!r:.80}")
+        if transport is not None and not callable(getattr(transport, "handle_async_request", None)):
+            raise ConfigError(
+                "transport",
+                f"must be an httpx async transport such as httpx.AsyncHTTPTransport(), got {transport!r:.80}",
+            )
+        if classifier is not None and not callable(classifier):
+            raise ConfigError("classifier", classifier_problem(classifier))
         self._lb = lb
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._classifier = classifier if classifier is not None else _classify.http(gateway=gateway)
         self._gateway = gateway
         self._attempts = attempts
         self._key = key
-        self._host: str | None = host.lower() if host is not None else None
 
     def _check_host(self, url: httpx.URL) -> None:
-        host = url.host.lower()
-        if self._host is None:
-            self._host = host
-        elif host != self._host:
+        host = url.raw_host.lower()
+        if host != self._host:
+            served = self._host.decode("ascii")
             raise ConfigError(
                 "host",
-                f"this PoiseTransport serves {self._host!r}; a request for {host!r} would go to its pool. "
-                "Give each host its own transport: httpx.AsyncClient(mounts={'http://" + self._host + "': "
-                "PoiseTransport(lb), ...})",
+                f"this PoiseTransport serves {served!r}; a request for {host.decode('ascii', 'replace')!r:.80} "
+                "would go to its pool. Give each host its own transport: httpx.AsyncClient(mounts={'http://"
+                + served
+                + "': PoiseTransport(lb, host='"
+                + served
+                + "'), ...})",
             )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -223,8 +309,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
                     stream=_PermitStream(response.stream, permit, self),
                     extensions=response.extensions,
                 )
-            fault, retry_after = _split(verdict)
-            permit.fail(fault, retry_after=retry_after)
+            fault = _report(permit, verdict)
             if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not Next.RETRY:
                 return response
             await response.aclose()
@@ -255,9 +340,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             verdict = self._classifier(exc)
         except Exception:  # noqa: BLE001 - a broken classifier must not lose the outcome
             verdict = Fault.SUSPECT
-        fault, retry_after = _split(verdict)
-        permit.fail(fault, retry_after=retry_after)
-        return fault
+        return _report(permit, verdict)
 
     async def aclose(self) -> None:
         """Close the inner transport."""
@@ -272,10 +355,13 @@ class _Unusable(Exception):  # noqa: N818 - internal marker, never seen by calle
         self.error = error
 
 
-def _split(verdict: Fault | Classification) -> tuple[Fault, float | None]:
+def _report(permit: Permit, verdict: Fault | Classification) -> Fault:
+    """Report ``verdict`` on ``permit``; the fault recorded."""
     if isinstance(verdict, Classification):
-        return verdict.fault, verdict.retry_after
-    return verdict, None
+        permit.fail(verdict.fault, retry_after=verdict.retry_after, overload=verdict.overload)
+        return verdict.fault
+    permit.fail(verdict)
+    return verdict
 
 
 class _PermitStream(httpx.AsyncByteStream):

@@ -14,10 +14,13 @@ tier, or ``cancelled``) and its endpoint (``poise.endpoint.id``, ``server.addres
 ``server.port``): the balancer hands each ended permit to a call observer
 (``lb.add_call_observer``). In-flight calls and pool sizes are observable
 UpDownCounters, each endpoint's circuit state an observable gauge (1 for the state it is
-in, 0 for the others); the remaining counters are observable sums read from the
-balancer's saturating counters. Callbacks read through the public ``lb.statistics()``
-and ``lb.snapshot()``, which are pure reads, so a reader thread (the Prometheus
-exporter's) may collect while the event loop runs. Attributes stay bounded: one
+in, 0 for the others), and its load control (docs/overload.md) three more: its effective
+weight (its weight times its slow-start ramp factor), its adaptive concurrency limit and
+its fixed cap (each reported only for an endpoint that has one); the remaining counters
+are observable sums read from the balancer's saturating counters. Callbacks read through
+the public ``lb.statistics()`` and ``lb.snapshot()``, which are pure reads, so a reader
+thread (the Prometheus exporter's) may collect while the event loop runs. Events
+(``lb.events()``: slow start, limit changes, ejections) are not exported here. Attributes stay bounded: one
 ``poise.endpoint.id`` per live endpoint, enum values elsewhere. Nothing here touches the
 balancer's private state.
 """
@@ -261,6 +264,23 @@ def _circuit_status(snapshot: PoolSnapshot) -> Iterator[Observation]:
             yield Observation(1 if holds(e) else 0, {**base, CIRCUIT_STATE: state})
 
 
+def _effective_weight(snapshot: PoolSnapshot) -> Iterator[Observation]:
+    for e in snapshot.endpoints:
+        yield Observation(e.effective_weight, _endpoint_attributes(e.endpoint))
+
+
+def _concurrency_limit(snapshot: PoolSnapshot) -> Iterator[Observation]:
+    for e in snapshot.endpoints:
+        if e.concurrency_limit is not None:
+            yield Observation(e.concurrency_limit, _endpoint_attributes(e.endpoint))
+
+
+def _concurrency_max(snapshot: PoolSnapshot) -> Iterator[Observation]:
+    for e in snapshot.endpoints:
+        if e.max_in_flight is not None:
+            yield Observation(e.max_in_flight, _endpoint_attributes(e.endpoint))
+
+
 # (name, unit, description, reader) for each observable UpDownCounter.
 _UP_DOWN: tuple[tuple[str, str, str, _SnapshotReader], ...] = (
     ("poise.call.active", "{call}", "Calls in flight (permits issued and not yet ended), by endpoint.", _active),
@@ -282,6 +302,24 @@ _GAUGES: tuple[tuple[str, str, str, _SnapshotReader], ...] = (
         "1",
         "Each endpoint's circuit state: 1 for the state it is in (poise.circuit.state), 0 for the others.",
         _circuit_status,
+    ),
+    (
+        "poise.endpoint.effective_weight",
+        "1",
+        "Each endpoint's weight times its slow-start ramp factor: the weight policies give it now.",
+        _effective_weight,
+    ),
+    (
+        "poise.endpoint.concurrency.limit",
+        "{call}",
+        "The calls in flight each endpoint's adaptive concurrency limit allows (endpoints with one).",
+        _concurrency_limit,
+    ),
+    (
+        "poise.endpoint.concurrency.max",
+        "{call}",
+        "Each endpoint's fixed concurrency cap, max_in_flight (endpoints with one).",
+        _concurrency_max,
     ),
 )
 
@@ -365,7 +403,7 @@ def instrument(
     meter_provider: MeterProvider | None = None,
     meter_name: str = "poise_py",
 ) -> Instrumentation:
-    """Register ``lb``'s instruments: call duration and count, in-flight calls, pool sizes, circuit states.
+    """Register ``lb``'s instruments: call duration and count, in-flight calls, pool sizes, circuits, load control.
 
     Args:
         lb: the balancer to observe.

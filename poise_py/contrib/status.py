@@ -12,23 +12,31 @@
 ``GET /`` is an HTML page that polls ``GET /status.json`` and redraws itself; the JSON has,
 for each balancer, every endpoint's circuit state, epoch, in-flight count, escalation level,
 time left in its open window, counters, tier and zone, operator status and eligibility,
-active health, and the last events. Any ASGI server can run the app (hypercorn, uvicorn on
+active health, load control (effective weight, slow-start progress, adaptive concurrency
+limit, fixed cap), and the last events. Any ASGI server can run the app (hypercorn, uvicorn on
 asyncio); :func:`serve` runs it with hypercorn on Trio or asyncio (extra ``poise_py[status]``).
 
 The app reads only the balancers' public API (``snapshot()``, ``statistics()``, an observer
 for events) and never changes them. Mount it on loopback or behind your own access control:
-it shows endpoint addresses.
+it shows endpoint addresses. It answers only requests whose ``Host`` it is served as (the
+loopback names and its own address on its port, or ``allowed_hosts``; others get 421, so a
+DNS-rebinding page cannot read it), sends ``nosniff``, a Content-Security-Policy that allows
+nothing but the page's own script and style, and ``frame-ancestors 'none'``; every id,
+address, zone and event text it shows is redacted and bounded (:mod:`poise_py._redact`).
 """
 
 from __future__ import annotations
 
+import base64
 import enum
+import hashlib
 import json
 import logging
 import math
+import re
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -40,6 +48,8 @@ from .._errors import ConfigError
 from .._events import BalancerEvent
 from .._extras import require
 from .._knobs import check_count, check_duration
+from .._logs import SHOWN_TEXT
+from .._redact import shown
 from .._snapshot import EndpointSnapshot
 from .._statistics import BalancerStatistics
 
@@ -48,12 +58,22 @@ Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 DEFAULT_EVENTS = 20
+MIN_POLL_INTERVAL = 0.1
+"""The page's fastest poll, in seconds: ten fetches a second per open tab."""
+MAX_POLL_INTERVAL = 86_400.0
+"""The page's slowest poll, one day (a browser fires a longer ``setTimeout`` at once)."""
+ITEMS_SHOWN = 100
+"""How many items of a list (the ids a discovery update added, say) an event shows."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""The host names the app answers by default, with the port it is served on."""
 
 
 def _jsonable(value: Any) -> Any:
-    """A JSON value for an event field, a counter map or an address."""
-    if value is None or isinstance(value, bool | int | str):
+    """A JSON value for an event field, a counter map or an address; outside text is shown bounded."""
+    if value is None or isinstance(value, bool | int):
         return value
+    if isinstance(value, str):
+        return shown(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, enum.Enum):
@@ -61,10 +81,13 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(_jsonable(k)): _jsonable(v) for k, v in value.items()}
     if isinstance(value, tuple | list | frozenset | set):
-        return [_jsonable(v) for v in value]
+        items = [_jsonable(v) for _, v in zip(range(ITEMS_SHOWN), value, strict=False)]
+        if len(value) > ITEMS_SHOWN:
+            items.append(f"… ({len(value)} items)")
+        return items
     if isinstance(value, BaseException):
-        return f"{type(value).__name__}: {value}"
-    return str(value)
+        return f"{type(value).__name__}: {shown(str(value))}"
+    return shown(str(value))
 
 
 _EVENT_TIMES = {"reopen_at": "reopens", "until": "until", "since": "since"}
@@ -86,7 +109,7 @@ def _event_json(event: BalancerEvent, now: float) -> dict[str, Any]:
         "type": type(event).__name__,
         "at": _jsonable(event.at),
         "ago": _jsonable(max(0.0, now - event.at)),
-        "endpoint": fields.pop("endpoint_id", None),
+        "endpoint": fields.pop("endpoint_id", None),  # shown by _jsonable
         "fields": fields,
     }
 
@@ -95,11 +118,15 @@ def _endpoint_json(e: EndpointSnapshot, now: float) -> dict[str, Any]:
     c = e.counters
     health = e.health
     return {
-        "id": e.id,
+        "id": shown(e.id),
         "address": _jsonable(e.endpoint.address),
         "tier": e.endpoint.tier,
-        "zone": e.endpoint.zone,
+        "zone": _jsonable(e.endpoint.zone),
         "weight": e.endpoint.weight,
+        "effective_weight": _jsonable(e.effective_weight),
+        "ramp_progress": _jsonable(e.ramp_progress),
+        "concurrency_limit": e.concurrency_limit,
+        "max_in_flight": e.max_in_flight,
         "state": e.state.value,
         "degraded": e.degraded,
         "epoch": e.epoch,
@@ -173,7 +200,42 @@ def _events_kept(value: Any) -> int:
 
 
 def _poll_interval(value: Any) -> float:
-    return check_duration("poll_interval", value)
+    seconds = check_duration("poll_interval", value)
+    if not MIN_POLL_INTERVAL <= seconds <= MAX_POLL_INTERVAL:
+        raise ConfigError(
+            "poll_interval",
+            f"must be between {MIN_POLL_INTERVAL:g} s and {MAX_POLL_INTERVAL:g} s (a day), got {value!r}",
+        )
+    return seconds
+
+
+_HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9_.-]+)(?::([0-9]{1,5}))?")
+"""A ``Host`` header or an ``allowed_hosts`` entry: a name or an IPv6 address in brackets, and a port."""
+
+
+def _host(text: str) -> tuple[str, int | None] | None:
+    """``text`` as (name, port): lower case, no trailing dot; None if it is not a host."""
+    match = _HOST.fullmatch(text.lower())
+    if match is None:
+        return None
+    name, port = match.group(1).rstrip("."), match.group(2)
+    if not name or (port is not None and int(port) > 65535):
+        return None
+    return name, None if port is None else int(port)
+
+
+def _allowed_hosts(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ConfigError("allowed_hosts", f"must be a list of host names (or None), got {value!r}")
+    hosts = tuple(value)
+    if not hosts:
+        raise ConfigError("allowed_hosts", "must name at least one host; None answers the loopback names")
+    for host in hosts:
+        if not isinstance(host, str) or (host != "*" and _host(host) is None):
+            raise ConfigError("allowed_hosts", f"{host!r} is not a host name, 'host:port', '[ipv6]:port' or '*'")
+    return hosts
 
 
 @attrs.define(eq=False)
@@ -182,25 +244,37 @@ class StatusApp:
 
     Building the app subscribes an observer to each balancer to keep its last ``events``
     events; :meth:`close` unsubscribes. The app may be built before the balancers start.
+    It needs the extra ``poise_py[status]`` (hypercorn, which :func:`serve` runs it with):
+    without it, building it raises ``ModuleNotFoundError`` saying so, in one line.
 
     Attributes:
         balancers: one ``LoadBalancer``, or a mapping of display name -> ``LoadBalancer``
             (shown in that order; a single balancer is named ``"balancer"``).
         events: how many recent events to keep per balancer (default 20).
         title: the page's title.
-        poll_interval: how often the page fetches ``/status.json``, in seconds (default 1).
+        poll_interval: how often the page fetches ``/status.json``, in seconds (default 1,
+            at least 0.1 and at most a day).
+        allowed_hosts: the ``Host`` header values the app answers; any other gets 421.
+            None (the default) answers ``127.0.0.1``, ``localhost``, ``[::1]`` and the
+            address the request came in on, each with the port it came in on. Entries are
+            ``"name"`` (any port), ``"name:port"``, ``"[ipv6]:port"``, or ``"*"`` (any
+            host: only behind a proxy that checks the host itself).
     """
 
     balancers: dict[str, LoadBalancer] = attrs.field(converter=_balancers)
     events: int = attrs.field(default=DEFAULT_EVENTS, kw_only=True, converter=_events_kept)
     title: str = attrs.field(default="poise_py status", kw_only=True)
     poll_interval: float = attrs.field(default=1.0, kw_only=True, converter=_poll_interval)
+    allowed_hosts: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_allowed_hosts)
     _recent: dict[str, deque[BalancerEvent]] = attrs.field(init=False, factory=dict)
     _observers: dict[str, Callable[[BalancerEvent], None]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.title, str):
             raise ConfigError("title", f"must be a string, got {self.title!r}")
+        # Here, not only in serve(): serve() runs inside the caller's task group, whose
+        # exception group would bury the one line under forty.
+        require("poise_py.contrib.status", "status", ["hypercorn"])
         for name, lb in self.balancers.items():
             recent: deque[BalancerEvent] = deque(maxlen=self.events)
             self._recent[name] = recent
@@ -255,7 +329,9 @@ class StatusApp:
             return
         method = scope.get("method", "GET")
         path = scope.get("path", "/")
-        if path not in {"/", "/index.html", "/status.json"}:
+        if not self._answers(scope):
+            await _respond(send, 421, "text/plain; charset=utf-8", b"misdirected request\n", method)
+        elif path not in {"/", "/index.html", "/status.json"}:
             await _respond(send, 404, "text/plain; charset=utf-8", b"not found\n", method)
         elif method not in {"GET", "HEAD"}:
             await _respond(send, 405, "text/plain; charset=utf-8", b"method not allowed\n", method, allow=True)
@@ -263,22 +339,82 @@ class StatusApp:
             body = json.dumps(self.status(), allow_nan=False).encode()
             await _respond(send, 200, "application/json", body, method)
         else:
-            await _respond(send, 200, "text/html; charset=utf-8", self._page(), method)
+            page, policy = self._page()
+            await _respond(send, 200, "text/html; charset=utf-8", page, method, policy=policy)
 
-    def _page(self) -> bytes:
+    def _answers(self, scope: Scope) -> bool:
+        """True if a request of this ASGI ``scope`` names a host the app answers (one ``Host`` header)."""
+        values = [v for k, v in scope.get("headers", ()) if k.lower() == b"host"]
+        if len(values) != 1:
+            return False  # none (HTTP/1.0), or two: which one would the browser have meant?
+        try:
+            host = _host(bytes(values[0]).decode("ascii"))
+        except UnicodeDecodeError:
+            return False
+        if host is None:
+            return False
+        allowed = self.allowed_hosts
+        if allowed is not None and "*" in allowed:
+            return True
+        name, port = host
+        if port is None:
+            port = 443 if scope.get("scheme") in {"https", "wss"} else 80
+        if allowed is None:
+            server = scope.get("server")
+            names = set(LOOPBACK_HOSTS)
+            if server is not None:
+                address, served = server[0], server[1]
+                text = str(address).lower()
+                names.add(f"[{text}]" if ":" in text else text)
+                if served is not None and port != served:
+                    return False
+            return name in names
+        for entry in allowed:
+            rule = _host(entry)
+            if rule is not None and rule[0] == name and rule[1] in {None, port}:
+                return True
+        return False
+
+    def _page(self) -> tuple[bytes, str]:
+        """The page and its Content-Security-Policy, which allows its one script by hash."""
         title = json.dumps(self.title).replace("<", "\\u003c")
-        return (
-            _PAGE.replace("__TITLE_JSON__", title)
-            .replace("__POLL_MS__", str(round(self.poll_interval * 1000)))
-            .encode()
+        script = _SCRIPT.replace("__POLL_MS__", str(round(self.poll_interval * 1000))).replace("__TITLE_JSON__", title)
+        policy = (
+            f"default-src 'none'; script-src '{_sha256(script)}'; style-src '{_STYLE_HASH}'; "
+            "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
         )
+        page = _PAGE.replace("__STYLE__", _STYLE).replace("__SCRIPT__", script)
+        return page.encode(), policy
 
 
-async def _respond(send: Send, status: int, kind: str, body: bytes, method: str, *, allow: bool = False) -> None:
+def _sha256(text: str) -> str:
+    """A CSP source that allows exactly the inline element whose text is ``text``."""
+    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+
+_DATA_POLICY = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+"""The Content-Security-Policy of every response but the page: nothing may run or frame it."""
+
+
+async def _respond(
+    send: Send,
+    status: int,
+    kind: str,
+    body: bytes,
+    method: str,
+    *,
+    allow: bool = False,
+    policy: str = _DATA_POLICY,
+) -> None:
     headers = [
         (b"content-type", kind.encode()),
         (b"content-length", str(len(body)).encode()),
         (b"cache-control", b"no-store"),
+        (b"x-content-type-options", b"nosniff"),
+        (b"content-security-policy", policy.encode()),
+        (b"x-frame-options", b"DENY"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"cross-origin-resource-policy", b"same-origin"),
     ]
     if allow:
         headers.append((b"allow", b"GET, HEAD"))
@@ -311,6 +447,7 @@ async def serve(
     config = Config()
     config.bind = [f"fd://{fd}"]
     config.errorlog = logging.getLogger("poise_py.contrib.status")
+    config.errorlog.addFilter(SHOWN_TEXT)  # hypercorn's errors may quote a request
     config.accesslog = None
     config.graceful_timeout = 1.0
     on_trio = anyio.get_cancelled_exc_class().__module__.startswith("trio")
@@ -353,13 +490,7 @@ async def _listening(host: str, port: int) -> None:
         return
 
 
-_PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>poise_py status</title>
-<style>
+_STYLE = """
  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; background: #fafafa; }
  h1 { font-size: 1.3em; margin: 0 0 .2em; } h2 { font-size: 1.1em; margin: 1.4em 0 .4em; }
  .meta { color: #666; font-size: .9em; }
@@ -374,13 +505,11 @@ _PAGE = """<!doctype html>
  ul.events { list-style: none; padding: 0; margin: 0; font-size: .9em; }
  ul.events li { padding: .1em 0; } ul.events .t { color: #666; display: inline-block; min-width: 5em; }
  #error { color: #8a1111; }
-</style>
-</head>
-<body>
-<h1 id="title"></h1>
-<div class="meta">updated <span id="updated">never</span> <span id="error"></span></div>
-<div id="balancers"></div>
-<script>
+"""
+
+_STYLE_HASH = _sha256(_STYLE)
+
+_SCRIPT = """
 "use strict";
 const TITLE = __TITLE_JSON__;
 const POLL_MS = __POLL_MS__;
@@ -409,8 +538,19 @@ function status(ep) {
   if (ep.ineligible && ep.ineligible !== ep.admin) parts.push("out: " + ep.ineligible);
   return parts.length ? parts.join(", ") : "in rotation";
 }
+function count(v) { return v === null || v === undefined ? "-" : v; }
+function weight(ep) {
+  const w = ep.effective_weight;
+  if (w === null || w === undefined || w === ep.weight) return ep.weight;
+  return (Math.round(w * 100) / 100) + " of " + ep.weight;
+}
+function ramp(ep) {
+  const p = ep.ramp_progress;
+  return p === null || p === undefined ? "-" : Math.floor(p * 100) + "%";
+}
 const COLUMNS = ["endpoint", "address", "tier", "zone", "state", "status", "epoch", "in-flight",
-  "escalation", "window left", "issued", "successes", "faults", "ejections", "probes", "stale"];
+  "weight", "slow start", "limit", "cap", "escalation", "window left", "issued", "successes", "faults",
+  "ejections", "probes", "stale"];
 
 function endpointRow(b, ep) {
   const c = ep.counters;
@@ -423,6 +563,10 @@ function endpointRow(b, ep) {
     el("td", {"class": "l status " + (ep.ineligible ? "warn" : "ok")}, status(ep)),
     el("td", {"class": "epoch"}, ep.epoch),
     el("td", {"class": "inflight"}, ep.inflight),
+    el("td", {"class": "weight"}, weight(ep)),
+    el("td", {"class": "ramp"}, ramp(ep)),
+    el("td", {"class": "limit"}, count(ep.concurrency_limit)),
+    el("td", {"class": "cap"}, count(ep.max_in_flight)),
     el("td", {}, ep.escalation_level),
     el("td", {"class": "window"}, secs(ep.window_left)),
     el("td", {}, c.issued),
@@ -474,7 +618,22 @@ async function poll() {
   }
 }
 poll();
-</script>
+"""
+"""The page's one script; ``__POLL_MS__`` and ``__TITLE_JSON__`` are filled in per app."""
+
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>poise_py status</title>
+<style>__STYLE__</style>
+</head>
+<body>
+<h1 id="title"></h1>
+<div class="meta">updated <span id="updated">never</span> <span id="error"></span></div>
+<div id="balancers"></div>
+<script>__SCRIPT__</script>
 </body>
 </html>
 """

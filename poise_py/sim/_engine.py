@@ -6,6 +6,12 @@ reports are synchronous, so a simulated hour takes seconds. Arrivals and every r
 draw of a request come from one stream seeded per scenario, consumed the same way
 whatever the configuration does, so configurations are compared on identical traffic.
 
+Endpoints with a capacity serve at most that many calls at once and queue the rest
+(:class:`~poise_py.sim._station.Station`): a call's latency is its wait plus its service
+time, and the client gives up at its deadline whether the call is waiting or being
+served (the server serves it anyway). Endpoints without one answer after their drawn
+latency, as before.
+
 The engine is a user of the balancer like any other: it takes permits and reports
 outcomes, retries through the decision ``lb.call`` uses (a :class:`RetryLoop` from
 ``lb._internals``, the one internal interface), sees circuit moves as the public typed
@@ -23,7 +29,7 @@ import heapq
 import logging
 import math
 import random
-from collections.abc import AsyncIterable, Callable, Sequence
+from collections.abc import AsyncIterable, Callable, Collection, Sequence
 
 import anyio
 import attrs
@@ -47,7 +53,8 @@ from .._knobs import check_count, check_number
 from .._permit import Permit
 from .._snapshot import EndpointSnapshot
 from ._models import EndpointModel
-from ._observe import Client, Observation, Observer, Timeout
+from ._observe import Client, Observation, Observer, Refused, Throttled, Timeout
+from ._station import Admission, Station
 from ._virtual_loop import VirtualTimeLoop
 
 _EJECTED = frozenset({CircuitState.OPEN, CircuitState.BLOCKED, CircuitState.RETIRED})
@@ -80,6 +87,9 @@ class Configuration:
     """Share circuits across the fleet's instances (an in-memory storage on virtual time)."""
     classifier: Classifier | None = None
     """How failures are classified (None: the scenario client's classifier)."""
+    oracle: bool = False
+    """Join the shortest queue, seeing every endpoint's true queue and health (no balancer
+    judgement: the lower bound a client-side policy can approach)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -157,17 +167,32 @@ class Fleet:
 
 @attrs.frozen(kw_only=True)
 class Sample:
-    """The state of a run at one instant of the timeline."""
+    """The state of a run at one instant of the timeline.
+
+    ``success_rate`` and ``latency_p99`` are over the requests that ended since the
+    previous sample (a timeout counts at its deadline); ``queued`` is how many calls wait
+    in endpoints' queues at this instant.
+    """
 
     at: float
     success_rate: float | None
     capacity: float | None
     states: tuple[str, ...]
+    latency_p99: float | None = None
+    queued: int = 0
 
 
 @attrs.frozen(kw_only=True)
 class RunResult:
-    """What one configuration did with the scenario's traffic."""
+    """What one configuration did with the scenario's traffic.
+
+    ``latencies_*`` are the end-to-end latencies of successful requests; ``all_latencies_*``
+    those of every request, a failure at the moment it failed (a timeout at its
+    deadline). ``endpoint_calls`` and ``peak_queues`` follow ``endpoint_ids``;
+    ``return_peak_queues`` is, for each endpoint with a capacity that recovered, the
+    longest its queue grew in its first :data:`RETURN_WINDOW` seconds back in rotation
+    (from the recovery when it never left; the longest over its returns).
+    """
 
     configuration: str
     requests: int
@@ -185,6 +210,40 @@ class RunResult:
     endpoint_ids: tuple[str, ...]
     ejected: tuple[str, ...] = ()
     """The endpoints this configuration ever took out of rotation (open, blocked, retired)."""
+    duration: float = 0.0
+    attempted: int = 0
+    """Requests that reached at least one endpoint."""
+    latencies_p999: float | None = None
+    all_latencies_p50: float | None = None
+    all_latencies_p99: float | None = None
+    all_latencies_p999: float | None = None
+    endpoint_calls: tuple[int, ...] = ()
+    peak_queues: tuple[int, ...] = ()
+    return_peak_queues: dict[str, int] = attrs.field(factory=dict)
+
+    @property
+    def goodput(self) -> float:
+        """Successful requests per second of traffic."""
+        return self.successes / self.duration if self.duration else 0.0
+
+    @property
+    def extra_load(self) -> float:
+        """Retries per request: what retries added to the backends' load (attempts per request minus one).
+
+        A request that found no endpoint at all made no attempt and adds nothing.
+        """
+        return (self.backend_calls - self.attempted) / self.requests if self.requests else 0.0
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        """Each endpoint's share of the calls sent (in ``endpoint_ids`` order)."""
+        total = sum(self.endpoint_calls)
+        return tuple(c / total if total else 0.0 for c in self.endpoint_calls)
+
+    @property
+    def peak_queue(self) -> int:
+        """The longest any endpoint's queue grew."""
+        return max(self.peak_queues, default=0)
 
     @property
     def success_rate(self) -> float:
@@ -205,6 +264,10 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[i]
 
 
+RETURN_WINDOW = 10.0
+"""Seconds after a return to rotation over which ``return_peak_queues`` is measured."""
+
+
 @attrs.define(eq=False)
 class _Request:
     arrival: float
@@ -213,7 +276,22 @@ class _Request:
     instance: int = 0
 
 
-_ARRIVAL, _COMPLETE, _SAMPLE, _DISCOVERY = 0, 1, 2, 3
+@attrs.define(eq=False)
+class _Call:
+    """One attempt at an endpoint with a capacity: queued, then served."""
+
+    request: _Request
+    permit: Permit
+    error: Observation | None
+    service: float
+    endpoint: str
+    done: bool = False
+    """The client has its answer (or gave up): a later event for it changes nothing."""
+
+
+_ARRIVAL, _COMPLETE, _SAMPLE, _DISCOVERY, _SERVED, _DEADLINE, _KICK, _MARK = range(8)
+_AFTER_END = frozenset({_COMPLETE, _SERVED, _DEADLINE})
+"""Kinds still handled after the traffic ends, so every request started gets its answer."""
 
 
 class Engine:
@@ -257,12 +335,19 @@ class Engine:
         self._requests = self._successes = 0
         self._spurious = self._deserved = self._probes_to_dead = 0
         self._no_eligible = 0
-        self._calls = 0
+        self._calls = self._attempted = 0
         self._readmits: list[float] = []
         self._recovered_at: dict[tuple[int, str], float] = {}
         self._window_ok = self._window_total = 0
         self._timeline: list[Sample] = []
         self._capacity: list[float] = []
+        self._all_latencies: list[float] = []
+        self._window_latencies: list[float] = []
+        self._calls_by: dict[str, int] = dict.fromkeys(self.models, 0)
+        self._stations: dict[str, Station[_Call]] = {m.id: Station() for m in models if m.loaded}
+        self._return_peaks: dict[str, int] = {}
+        self._oracle_rng = random.Random(seed)  # noqa: S311 - simulation, not security
+        self._others = {i: frozenset(self.models) - {i} for i in self.models} if configuration.oracle else {}
 
     def _push(self, at: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -337,13 +422,16 @@ class Engine:
             for point in model.change_points():
                 if point > 0:
                     self._push(point, _SAMPLE, model.id)
+            if model.id in self._stations:
+                for point in {*model.change_points(), *model.warmup_steps()}:
+                    self._push(point, _KICK, model.id)
         self._schedule_discovery()
         end = traffic.duration
         events = self._events
         next_progress = 0.0
         while events:
             at, _, kind, payload = heapq.heappop(events)
-            if at > end and kind != _COMPLETE:
+            if at > end and kind not in _AFTER_END:
                 continue
             if self._virtual and at > self.now:
                 await anyio.sleep(at - anyio.current_time())  # background tasks run up to `at`
@@ -353,6 +441,14 @@ class Engine:
                 self._start(self._new_request(at))
             elif kind == _COMPLETE:
                 self._complete(*payload)  # type: ignore[misc]
+            elif kind == _SERVED:
+                self._served(payload)  # type: ignore[arg-type]
+            elif kind == _DEADLINE:
+                self._deadline(payload)  # type: ignore[arg-type]
+            elif kind == _KICK:
+                self._kick(str(payload))
+            elif kind == _MARK:
+                self._mark(*payload)  # type: ignore[misc]
             elif kind == _DISCOVERY:
                 await self._announce(payload)  # type: ignore[arg-type]
             elif payload is None:
@@ -411,8 +507,13 @@ class Engine:
         if retries.attempts_made == 0:
             self._requests += 1
             retries.start(self.now)
+        exclude: Collection[str] = retries.exclude
+        if self.config.oracle:
+            chosen = self._shortest_queue(exclude)
+            if chosen is not None:
+                exclude = self._others[chosen]
         try:
-            permit = self._lbs[request.instance].acquire(exclude=retries.exclude)
+            permit = self._lbs[request.instance].acquire(exclude=exclude)
         except SelectionError as exc:
             if isinstance(exc, NoEligibleEndpoints) and any(m.healthy_at(self.now) for m in self.models.values()):
                 self._no_eligible += 1
@@ -420,16 +521,82 @@ class Engine:
             return
         model = self.models[permit.endpoint.id]
         i = 2 * retries.attempts_made
+        if retries.attempts_made == 0:
+            self._attempted += 1
         retries.attempt(model.id)
         if permit.probe and not model.healthy_at(self.now):
             self._probes_to_dead += 1
         self._calls += 1
+        self._calls_by[model.id] += 1
         response = model.respond(self.now, request.draws[i], request.draws[i + 1])
         timeout = self.traffic.timeout
-        if response.latency >= timeout:  # the client gives up at its deadline
+        station = self._stations.get(model.id)
+        if station is not None and not isinstance(response.error, Timeout | Refused | Throttled):
+            # Answered by the server, so served in turn (a black hole, a refusal and a
+            # limiter's answer come before any queue).
+            self._arrive(station, model, _Call(request, permit, response.error, response.latency, model.id))
+        elif response.latency >= timeout:  # the client gives up at its deadline
             self._push(self.now + timeout, _COMPLETE, (request, permit, Timeout()))
         else:
             self._push(self.now + response.latency, _COMPLETE, (request, permit, response.error))
+
+    def _shortest_queue(self, exclude: Collection[str]) -> str | None:
+        """The oracle's pick: the healthy endpoint not yet tried where a call waits least."""
+        best: tuple[float, float] | None = None
+        chosen = None
+        for endpoint_id, model in self.models.items():
+            if endpoint_id in exclude or not model.healthy_at(self.now):
+                continue
+            station = self._stations.get(endpoint_id)
+            capacity = model.capacity_at(self.now)
+            load = 0.0 if station is None or capacity is None else (station.in_system + 1) / capacity
+            key = (load, self._oracle_rng.random())
+            if best is None or key < best:
+                best, chosen = key, endpoint_id
+        return chosen
+
+    def _arrive(self, station: Station[_Call], model: EndpointModel, call: _Call) -> None:
+        capacity = model.capacity_at(self.now)
+        admission = station.arrive(call, math.inf if capacity is None else capacity, model.max_queue)
+        if admission is Admission.SHED:
+            call.done = True
+            self._push(self.now + 0.001, _COMPLETE, (call.request, call.permit, model.overload))
+        elif admission is Admission.SERVE:
+            self._serve(call)
+            if call.service >= self.traffic.timeout:
+                self._push(self.now + self.traffic.timeout, _DEADLINE, call)
+        else:
+            self._push(self.now + self.traffic.timeout, _DEADLINE, call)
+
+    def _serve(self, call: _Call) -> None:
+        """Service starts now (a queued call's deadline event was pushed when it arrived)."""
+        self._push(self.now + call.service, _SERVED, call)
+
+    def _served(self, call: _Call) -> None:
+        station = self._stations[call.endpoint]
+        station.depart()
+        self._kick(call.endpoint)
+        if not call.done:
+            call.done = True
+            self._complete(call.request, call.permit, call.error)
+
+    def _deadline(self, call: _Call) -> None:
+        if not call.done:
+            call.done = True
+            self._complete(call.request, call.permit, Timeout())
+
+    def _kick(self, endpoint_id: str) -> None:
+        """Start the queued calls that a free slot (or a raised capacity) lets in."""
+        capacity = self.models[endpoint_id].capacity_at(self.now)
+        for call in self._stations[endpoint_id].start_waiting(math.inf if capacity is None else capacity):
+            self._serve(call)
+
+    def _mark(self, endpoint_id: str, read: bool) -> None:  # noqa: FBT001 - an event's payload
+        station = self._stations[endpoint_id]
+        if read:
+            self._return_peaks[endpoint_id] = max(self._return_peaks.get(endpoint_id, 0), station.peak_since)
+        else:
+            station.mark()
 
     def _complete(self, request: _Request, permit: Permit, error: Observation | None) -> None:
         lb = self._lbs[request.instance]
@@ -442,13 +609,14 @@ class Engine:
             self._finish(request, ok=True)
             return
         # What the client's library raises, judged by the configuration's classifier.
-        fault, retry_after = lb._internals.classify(self._observer.exception(error), permit.endpoint.id)
+        verdict = lb._internals.classify(self._observer.exception(error), permit.endpoint.id)
+        fault = verdict.fault
         if reporting is Reporting.NONE:
             permit.cancel()
         elif reporting is Reporting.EVICT and fault not in (Fault.TRANSIENT, Fault.CALLER):
             permit.fail(Fault.PERMANENT)
         else:
-            permit.fail(fault, retry_after=retry_after)
+            permit.fail(fault, retry_after=verdict.retry_after, overload=verdict.overload)
         if request.retries.after_fault(fault, self.now) is Next.RETRY:  # a denial counts in lb.retries_denied
             self._start(request)
             return
@@ -456,10 +624,13 @@ class Engine:
 
     def _finish(self, request: _Request, *, ok: bool) -> None:
         self._window_total += 1
+        latency = self.now - request.arrival
+        self._all_latencies.append(latency)
+        self._window_latencies.append(latency)
         if ok:
             self._successes += 1
             self._window_ok += 1
-            self._latencies.append(self.now - request.arrival)
+            self._latencies.append(latency)
 
     def _observe(self, index: int, event: BalancerEvent) -> None:
         """Instance ``index``'s balancer emitted ``event``: count ejections and readmissions.
@@ -497,6 +668,7 @@ class Engine:
                 e = self._view(lb).get(endpoint_id)
                 if e is not None and e.eligible_reason is None and e.state is CircuitState.CLOSED:
                     self._readmits.append(0.0)  # never left rotation
+                    self._back(endpoint_id)
                 else:
                     self._recovered_at[index, endpoint_id] = self.now
 
@@ -504,6 +676,13 @@ class Engine:
         since = self._recovered_at.pop((index, endpoint_id), None)
         if since is not None:
             self._readmits.append(self.now - since)
+            self._back(endpoint_id)
+
+    def _back(self, endpoint_id: str) -> None:
+        """A recovered endpoint is back in rotation: watch its queue for :data:`RETURN_WINDOW` seconds."""
+        if endpoint_id in self._stations:
+            self._mark(endpoint_id, False)
+            self._push(self.now + RETURN_WINDOW, _MARK, (endpoint_id, True))
 
     def _sample(self) -> None:
         alive = 0
@@ -540,11 +719,32 @@ class Engine:
             self._capacity.append(capacity)
         rate = self._window_ok / self._window_total if self._window_total else None
         self._window_ok = self._window_total = 0
-        self._timeline.append(Sample(at=self.now, success_rate=rate, capacity=capacity, states=tuple(states)))
+        window = sorted(self._window_latencies)
+        self._window_latencies = []
+        self._timeline.append(
+            Sample(
+                at=self.now,
+                success_rate=rate,
+                capacity=capacity,
+                states=tuple(states),
+                latency_p99=percentile(window, 0.99),
+                queued=sum(len(s.waiting) for s in self._stations.values()),
+            )
+        )
 
     def _result(self) -> RunResult:
         latencies = sorted(self._latencies)
+        every = sorted(self._all_latencies)
         return RunResult(
+            duration=self.traffic.duration,
+            attempted=self._attempted,
+            latencies_p999=percentile(latencies, 0.999),
+            all_latencies_p50=percentile(every, 0.50),
+            all_latencies_p99=percentile(every, 0.99),
+            all_latencies_p999=percentile(every, 0.999),
+            endpoint_calls=tuple(self._calls_by.values()),
+            peak_queues=tuple(s.peak if (s := self._stations.get(i)) else 0 for i in self.models),
+            return_peak_queues=dict(self._return_peaks),
             configuration=self.config.name,
             requests=self._requests,
             successes=self._successes,

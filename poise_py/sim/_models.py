@@ -1,9 +1,15 @@
-"""Endpoint fault models for the simulator: pure functions of virtual time and draws.
+"""Endpoint fault and load models for the simulator: functions of virtual time and draws.
 
 An endpoint follows a schedule of phases (each from its ``start`` until the next), and
-optionally a flapping cycle and a rate limit. Given the time and two uniform draws it
-answers with a latency and an outcome; it also says whether it is *healthy* at a time,
-which is how the report tells a spurious ejection from a deserved one.
+optionally a flapping cycle, a rate limit and a quota. Given the time and two uniform
+draws it answers with a service time and an outcome; it also says whether it is *healthy*
+at a time, which is how the report tells a spurious ejection from a deserved one.
+
+An endpoint may declare a ``capacity`` (calls served at once) and a ``max_queue``: the
+engine's :class:`~poise_py.sim._station.Station` then queues what it cannot serve, so a
+call's latency is its wait plus its service time. :meth:`EndpointModel.capacity_at` says
+how many calls it serves at a time, a phase's ``capacity`` or a cold start's warm-up
+included.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import attrs
 from .._errors import ConfigError
 from .._faults import Fault
 from .._knobs import check_count
-from ._observe import GrpcStatus, HttpStatus, Observation, Refused, Stated, Throttled, Timeout
+from ._observe import GrpcStatus, HttpStatus, Observation, Overloaded, Refused, Stated, Throttled, Timeout
 
 _PERMANENT_GRPC = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
 
@@ -66,7 +72,9 @@ class Phase:
         error_rate: the share of calls that fail.
         error: what the client observes of those failures (a gRPC or HTTP status, a
             timeout, a refused connection).
-        latency_scale: multiplies the latency (a gray failure is slow and a bit wrong).
+        latency_scale: multiplies the latency, the service time of an endpoint with a
+            capacity (a gray failure is an endpoint ten times slower).
+        capacity: calls served at once during this phase (None: the endpoint's own).
         healthy: whether the endpoint counts as healthy (default: error_rate < 0.25, and
             not refusing this client for good: 401/403, UNAUTHENTICATED/PERMISSION_DENIED).
     """
@@ -75,6 +83,7 @@ class Phase:
     error_rate: float = 0.0
     error: Observation = attrs.field(factory=lambda: Stated(fault=Fault.SUSPECT))
     latency_scale: float = 1.0
+    capacity: int | None = None
     healthy: bool | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -84,6 +93,13 @@ class Phase:
             raise ConfigError("phase.start", f"must be a finite number >= 0, got {self.start}")
         if not 0 < self.latency_scale < math.inf:
             raise ConfigError("phase.latency_scale", f"must be a finite number > 0, got {self.latency_scale}")
+        if self.capacity is not None:
+            check_count("phase.capacity", self.capacity, maximum=MAX_CAPACITY)
+
+    @property
+    def down(self) -> bool:
+        """Whether nothing listens during this phase (every call refused)."""
+        return self.error_rate >= 1.0 and isinstance(self.error, Refused)
 
     @property
     def is_healthy(self) -> bool:
@@ -126,6 +142,49 @@ class RateLimit:
             raise ConfigError("rate_limit.retry_after", f"must be a finite number >= 0, got {self.retry_after}")
 
 
+MAX_CAPACITY = 1_000_000
+"""The most calls one endpoint may serve at once, or hold in its queue."""
+
+
+@attrs.frozen(kw_only=True)
+class Quota:
+    """A provider's quota: ``requests`` per window of ``per`` seconds (an LLM API's requests per minute).
+
+    The window is fixed (it resets every ``per`` seconds from time 0, as providers reset
+    theirs). A call over the quota is answered at once with HTTP 429, ``Retry-After``
+    (whole seconds until the reset) and the ``x-ratelimit-remaining-requests`` and
+    ``x-ratelimit-reset-requests`` headers; over gRPC, RESOURCE_EXHAUSTED with
+    ``retry-after`` in the trailing metadata.
+    """
+
+    requests: int
+    per: float = 60.0
+
+    def __attrs_post_init__(self) -> None:
+        check_count("quota.requests", self.requests, maximum=MAX_CAPACITY)
+        if not 0 < self.per < math.inf:
+            raise ConfigError("quota.per", f"must be a finite number > 0, got {self.per}")
+
+
+@attrs.frozen(kw_only=True)
+class Warmup:
+    """A cold start: after joining or returning, capacity ramps from ``capacity`` x full over ``duration`` s.
+
+    An endpoint *returns* when a phase that refuses every call (the process was down)
+    ends. During the warm-up it serves ``max(1, floor(full x f))`` calls at once, where
+    ``f`` grows linearly from ``capacity`` to 1.
+    """
+
+    duration: float
+    capacity: float = 0.25
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 < self.duration < math.inf:
+            raise ConfigError("warmup.duration", f"must be a finite number > 0, got {self.duration}")
+        if not 0 < self.capacity <= 1:
+            raise ConfigError("warmup.capacity", f"must be in (0, 1], got {self.capacity}")
+
+
 @attrs.frozen(kw_only=True)
 class Response:
     """One simulated answer."""
@@ -136,10 +195,17 @@ class Response:
 
 @attrs.frozen(kw_only=True, eq=False)
 class EndpointModel:
-    """One simulated endpoint: its schedule, cycle and rate limit.
+    """One simulated endpoint: its schedule, cycle, rate limit, quota and load model.
 
-    The only running state is the rate limiter's recent calls; :meth:`fresh` gives a copy
-    with none, so every configuration's run starts from the same endpoint.
+    ``capacity`` (None: unlimited, every call served at once) is how many calls it
+    serves at a time; past it calls wait in a FIFO queue of at most ``max_queue`` (None:
+    unbounded), and past that it sheds them at once with ``overload`` (default: its
+    protocol's overload status, :class:`~poise_py.sim.Overloaded`). ``warmup`` makes it
+    start cold when it joins or returns.
+
+    The only running state is the rate limiter's recent calls and the quota's count;
+    :meth:`fresh` gives a copy with none, so every configuration's run starts from the
+    same endpoint.
     """
 
     id: str = attrs.field(kw_only=False)
@@ -152,8 +218,14 @@ class EndpointModel:
     rate_limit: RateLimit | None = None
     joins_at: float = 0.0
     leaves_at: float | None = None
+    capacity: int | None = None
+    max_queue: int | None = None
+    overload: Observation = attrs.field(factory=Overloaded)
+    warmup: Warmup | None = None
+    quota: Quota | None = None
     _recent: deque[float] = attrs.field(factory=deque, init=False)
     _starts: list[float] = attrs.field(factory=list, init=False)
+    _quota_window: list[float] = attrs.field(factory=lambda: [-1.0, 0.0], init=False)
 
     def __attrs_post_init__(self) -> None:
         phases = tuple(sorted(self.phases, key=lambda p: p.start))
@@ -161,6 +233,54 @@ class EndpointModel:
             phases = (Phase(), *phases)
         object.__setattr__(self, "phases", phases)
         object.__setattr__(self, "_starts", [p.start for p in phases])
+        if self.capacity is not None:
+            check_count("capacity", self.capacity, maximum=MAX_CAPACITY)
+        if self.max_queue is not None:
+            if self.capacity is None and any(p.capacity is None for p in phases):
+                raise ConfigError("max_queue", "a queue needs a capacity (calls served at once)")
+            check_count("max_queue", self.max_queue, minimum=0, maximum=MAX_CAPACITY)
+        if self.warmup is not None and self.capacity is None:
+            raise ConfigError("warmup", "a warm-up ramps a capacity: give the endpoint one")
+
+    @property
+    def loaded(self) -> bool:
+        """Whether this endpoint has a capacity in any phase (so calls may queue)."""
+        return self.capacity is not None or any(p.capacity is not None for p in self.phases)
+
+    def returns(self) -> list[float]:
+        """When the endpoint starts (cold, with a warm-up): joining after time 0, and each end of a down phase."""
+        points = [self.joins_at] if self.joins_at > 0 else []
+        points += [b.start for a, b in zip(self.phases, self.phases[1:], strict=False) if a.down and not b.down]
+        return sorted(set(points))
+
+    def capacity_at(self, now: float) -> int | None:
+        """Calls served at once at ``now`` (None: unlimited), a cold start's warm-up included."""
+        phase = self.phase_at(now)
+        full = self.capacity if phase.capacity is None else phase.capacity
+        warmup = self.warmup
+        if full is None or warmup is None:
+            return full
+        since = math.inf
+        for at in self.returns():
+            if at <= now:
+                since = now - at
+        if since >= warmup.duration:
+            return full
+        share = warmup.capacity + (1 - warmup.capacity) * since / warmup.duration
+        return max(1, math.floor(full * share))
+
+    def warmup_steps(self) -> list[float]:
+        """The instants a warm-up raises the capacity (the engine starts queued calls then)."""
+        warmup = self.warmup
+        if warmup is None:
+            return []
+        points: list[float] = []
+        for at in self.returns():
+            full = self.capacity_at(at + warmup.duration)
+            assert full is not None  # noqa: S101 - a warm-up needs a capacity
+            steps = max(1, full)
+            points += [at + warmup.duration * k / steps for k in range(1, steps + 1)]
+        return points
 
     def fresh(self) -> EndpointModel:
         """A copy with no running state (an empty rate-limiter history)."""
@@ -183,7 +303,7 @@ class EndpointModel:
         return self.phase_at(now).is_healthy
 
     def change_points(self) -> list[float]:
-        """Times at which health may change (phase starts, joining and leaving)."""
+        """Times at which health or capacity may change (phase starts, joining and leaving)."""
         points = [*self._starts, self.joins_at]
         if self.leaves_at is not None:
             points.append(self.leaves_at)
@@ -202,6 +322,10 @@ class EndpointModel:
             if len(recent) >= self.rate_limit.rps:
                 return Response(latency=latency * 0.1, error=Throttled(retry_after=self.rate_limit.retry_after))
             recent.append(now)
+        if self.quota is not None:
+            refusal = self._spend_quota(now, self.quota)
+            if refusal is not None:
+                return Response(latency=0.001, error=refusal)
         error = None
         if self.flap is not None and self.flap.is_down(now):
             error = self.flap.error
@@ -212,3 +336,16 @@ class EndpointModel:
         if isinstance(error, Refused):
             return Response(latency=0.001, error=error)
         return Response(latency=latency, error=error)
+
+    def _spend_quota(self, now: float, quota: Quota) -> Observation | None:
+        """Count one call against the quota's window; the refusal when it is spent."""
+        window = self._quota_window
+        start = math.floor(now / quota.per) * quota.per
+        if window[0] != start:
+            window[0], window[1] = start, 0.0
+        if window[1] < quota.requests:
+            window[1] += 1
+            return None
+        reset = max(1, math.ceil(start + quota.per - now))
+        headers = (("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", f"{reset}s"))
+        return Throttled(retry_after=float(reset), headers=headers)

@@ -50,10 +50,14 @@ class GrpcStatus:
 
 @attrs.frozen(kw_only=True)
 class HttpStatus:
-    """An HTTP response with status ``status`` (>= 400), optionally with ``Retry-After``."""
+    """An HTTP response with status ``status`` (>= 400), optionally with ``Retry-After``.
+
+    ``headers`` are further response headers (a provider's ``x-ratelimit-*`` family).
+    """
 
     status: int
     retry_after: float | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen
@@ -68,7 +72,23 @@ class Refused:
 
 @attrs.frozen(kw_only=True)
 class Throttled:
-    """A rate limiter said no: 429 with Retry-After over HTTP, RESOURCE_EXHAUSTED over gRPC."""
+    """A rate limiter said no: 429 with Retry-After over HTTP, RESOURCE_EXHAUSTED over gRPC.
+
+    ``headers`` are what the limiter says besides (a provider's ``x-ratelimit-*`` family):
+    response headers over HTTP, trailing metadata over gRPC.
+    """
+
+    retry_after: float | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Overloaded:
+    """The endpoint's queue is full: it sheds the call at once with its protocol's overload status.
+
+    HTTP 503 (with ``Retry-After`` when given), gRPC UNAVAILABLE (as Envoy and grpc-go
+    answer a call over their limits), and for a plain client a refused connection.
+    """
 
     retry_after: float | None = None
 
@@ -81,7 +101,7 @@ class Stated:
     retry_after: float | None = None
 
 
-Observation: TypeAlias = GrpcStatus | HttpStatus | Timeout | Refused | Throttled | Stated
+Observation: TypeAlias = GrpcStatus | HttpStatus | Timeout | Refused | Throttled | Overloaded | Stated
 
 
 def grpc_code(name: object, where: str) -> str:
@@ -134,11 +154,13 @@ def _httpx() -> object:
     return httpx
 
 
-def _http_status_error(status: int, retry_after: float | None) -> Exception:
+def _http_status_error(status: int, retry_after: float | None, extra: tuple[tuple[str, str], ...] = ()) -> Exception:
     import httpx  # noqa: PLC0415
 
     request = httpx.Request("GET", _ADDRESS)
-    headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
+    headers = dict(extra)
+    if retry_after is not None:
+        headers["Retry-After"] = f"{retry_after:g}"
     response = httpx.Response(status, headers=headers, request=request)
     return httpx.HTTPStatusError(f"status {status}", request=request, response=response)
 
@@ -150,15 +172,19 @@ def exception_for(observation: Observation, protocol: Protocol) -> Exception:
             return FaultError(fault, retry_after=retry_after)
         case GrpcStatus(code=code, trailing=trailing):
             return _grpc_error(code, trailing, code.lower())
-        case HttpStatus(status=status, retry_after=retry_after):
+        case HttpStatus(status=status, retry_after=retry_after, headers=headers):
             _httpx()
-            return _http_status_error(status, retry_after)
+            return _http_status_error(status, retry_after, headers)
+    if isinstance(observation, Overloaded):
+        return _overloaded(observation, protocol)
     if protocol is Protocol.GRPC:
         if isinstance(observation, Timeout):
             return _grpc_error("DEADLINE_EXCEEDED", (), "Deadline Exceeded")
         if isinstance(observation, Refused):
             return _grpc_error("UNAVAILABLE", (), "failed to connect to all addresses: Connection refused")
-        trailing = () if observation.retry_after is None else (("retry-after", f"{observation.retry_after:g}"),)
+        trailing = observation.headers
+        if observation.retry_after is not None:
+            trailing = (("retry-after", f"{observation.retry_after:g}"), *trailing)
         return _grpc_error("RESOURCE_EXHAUSTED", trailing, "rate limited")
     if protocol is Protocol.HTTP:
         import httpx  # noqa: PLC0415 - checked when the scenario was loaded
@@ -168,12 +194,23 @@ def exception_for(observation: Observation, protocol: Protocol) -> Exception:
             return httpx.ReadTimeout("timed out", request=request)
         if isinstance(observation, Refused):
             return httpx.ConnectError("[Errno 111] Connection refused", request=request)
-        return _http_status_error(429, observation.retry_after)
+        return _http_status_error(429, observation.retry_after, observation.headers)
     if isinstance(observation, Timeout):
         return TimeoutError("timed out")
     if isinstance(observation, Refused):
         return ConnectionRefusedError(111, "Connection refused")
     return FaultError(Fault.TRANSIENT, "rate limited", retry_after=observation.retry_after)
+
+
+def _overloaded(observation: Overloaded, protocol: Protocol) -> Exception:
+    if protocol is Protocol.GRPC:
+        retry_after = observation.retry_after
+        trailing = () if retry_after is None else (("retry-after", f"{retry_after:g}"),)
+        return _grpc_error("UNAVAILABLE", trailing, "overloaded: queue full")
+    if protocol is Protocol.HTTP:
+        _httpx()
+        return _http_status_error(503, observation.retry_after)
+    return ConnectionRefusedError(111, "Connection refused (listen backlog full)")
 
 
 class ClassifierName(enum.Enum):

@@ -22,8 +22,34 @@ def _secs(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.0f} s"
 
 
+COLUMNS = (
+    "configuration",
+    "success",
+    "goodput",
+    "p50",
+    "p99",
+    "p99.9",
+    "ok p99",
+    "extra",
+    "peak queue",
+    "capacity",
+    "spurious",
+    "dead probes",
+    "readmit",
+    "no-elig.",
+)
+LEGEND = (
+    "success: requests served / requests; goodput: successes per second; p50, p99, p99.9: latency of every "
+    "request, a failure when it failed and a timeout at its deadline; ok p99: of successes; extra: retries per "
+    "request; peak queue: longest queue of any endpoint; capacity: healthy endpoints in rotation; spurious: "
+    "healthy endpoints ejected; dead probes: half-open probes to a dead endpoint; readmit: mean time from "
+    "recovery to rotation; no-elig.: selections that found nothing while an endpoint was healthy."
+)
+"""The one-line legend printed under every table."""
+
+
 def render_table(report: Report, console: Console) -> None:
-    """Print one scenario's comparison as a rich table, best success rate first marked."""
+    """Print one scenario's comparison as a rich table (best success rate in bold), then its legend."""
     from rich.table import Table  # noqa: PLC0415 - rich is the cli extra
 
     scenario = report.scenario
@@ -32,26 +58,24 @@ def render_table(report: Report, console: Console) -> None:
         caption=scenario.description.replace("\n", " "),
         caption_justify="left",
     )
-    for column in (
-        "configuration",
-        "success",
-        "p50",
-        "p99",
-        "capacity",
-        "spurious ej.",
-        "probes to dead",
-        "readmit",
-        "no-eligible",
-    ):
-        table.add_column(column, justify="left" if column == "configuration" else "right")
+    for column in COLUMNS:
+        if column == "configuration":
+            table.add_column(column, no_wrap=True)
+        else:
+            table.add_column(column, justify="right")
     best = max(r.success_rate for r in report.results)
     for r in report.results:
         success = f"{r.success_rate * 100:.3f}%"
         table.add_row(
             r.configuration,
             f"[bold green]{success}[/]" if r.success_rate == best else success,
-            _ms(r.latencies_p50),
+            f"{r.goodput:.1f}/s",
+            _ms(r.all_latencies_p50),
+            _ms(r.all_latencies_p99),
+            _ms(r.all_latencies_p999),
             _ms(r.latencies_p99),
+            f"{r.extra_load:.3f}",
+            str(r.peak_queue) if scenario.loaded else "-",
             f"{r.capacity_retained * 100:.1f}%",
             f"[red]{r.spurious_ejections}[/]" if r.spurious_ejections else "0",
             str(r.probes_to_dead),
@@ -59,6 +83,7 @@ def render_table(report: Report, console: Console) -> None:
             str(r.no_eligible_while_alive),
         )
     console.print(table)
+    console.print(LEGEND, style="dim", soft_wrap=True)
 
 
 STATE_LABELS = ("closed", "half-open", "open", "blocked", "retired", "absent", "degraded (reserve)")
@@ -85,8 +110,11 @@ def check_plot_path(path: Path) -> None:
         path.unlink()
 
 
+FAULT_COLOUR = "#ff7043"
+
+
 def plot(reports: list[Report], path: Path) -> None:
-    """Write a timeline per configuration: endpoint state bands above, rates below, one legend."""
+    """Write a timeline per configuration: state bands, rates, then p99 latency; fault windows shaded."""
     try:
         import matplotlib as mpl  # noqa: PLC0415 - optional extra
 
@@ -102,14 +130,15 @@ def plot(reports: list[Report], path: Path) -> None:
     rows = [(rep, res) for rep in reports for res in rep.results]
     heights: list[float] = []
     for _, res in rows:
-        heights += [max(1.2, 0.28 * len(res.endpoint_ids) + 0.4), 1.3]
+        heights += [max(1.2, 0.28 * len(res.endpoint_ids) + 0.4), 1.3, 1.1]
     fig = plt.figure(figsize=(12, sum(heights) + 0.7 * len(rows) + 1.2), layout="constrained")
     grid = fig.add_gridspec(len(heights), 1, height_ratios=heights)
     cmap = ListedColormap(list(STATE_COLOURS))
     for n, (rep, res) in enumerate(rows):
         scale, unit = time_unit(rep.scenario.description, rep.scenario.traffic.duration)
-        bands = fig.add_subplot(grid[2 * n])
-        rates = fig.add_subplot(grid[2 * n + 1], sharex=bands)
+        bands = fig.add_subplot(grid[3 * n])
+        rates = fig.add_subplot(grid[3 * n + 1], sharex=bands)
+        latency = fig.add_subplot(grid[3 * n + 2], sharex=bands)
         times = [s.at / scale for s in res.timeline]
         codes = [[STATE_CODES.get(state, 0) for state in s.states] for s in res.timeline]
         ids = res.endpoint_ids
@@ -132,6 +161,9 @@ def plot(reports: list[Report], path: Path) -> None:
             fontsize=11,
             loc="left",
         )
+        for start, end, _ in rep.scenario.fault_windows():
+            for axis in (rates, latency):
+                axis.axvspan(start / scale, end / scale, color=FAULT_COLOUR, alpha=0.12, linewidth=0)
         rates.plot(
             times,
             [s.success_rate if s.success_rate is not None else float("nan") for s in res.timeline],
@@ -149,7 +181,17 @@ def plot(reports: list[Report], path: Path) -> None:
         rates.yaxis.set_major_formatter(PercentFormatter(1.0))
         rates.set_ylabel("rate", fontsize=9)
         rates.grid(alpha=0.3)
-        rates.set_xlabel(f"time ({unit})", fontsize=9)
+        rates.tick_params(labelbottom=False)
+        latency.plot(
+            times,
+            [s.latency_p99 * 1000 if s.latency_p99 is not None else float("nan") for s in res.timeline],
+            color="#6a1b9a",
+            linewidth=0.9,
+        )
+        latency.set_ylim(bottom=0)
+        latency.set_ylabel("p99 (ms)", fontsize=9)
+        latency.grid(alpha=0.3)
+        latency.set_xlabel(f"time ({unit})", fontsize=9)
     handles: list[Artist] = [
         Patch(facecolor=c, edgecolor="#9e9e9e", label=label)
         for c, label in zip(STATE_COLOURS, STATE_LABELS, strict=True)
@@ -157,6 +199,8 @@ def plot(reports: list[Report], path: Path) -> None:
     handles += [
         Line2D([], [], color="black", linewidth=1.2, label="success rate (per sample)"),
         Line2D([], [], color="#1e88e5", linewidth=1.2, linestyle="--", label="healthy capacity in rotation"),
+        Line2D([], [], color="#6a1b9a", linewidth=1.2, label="p99 latency of every request (per sample)"),
+        Patch(facecolor=FAULT_COLOUR, alpha=0.25, label="fault window (an endpoint failing, slowed or resized)"),
     ]
     fig.legend(handles=handles, loc="outside upper center", ncols=4, fontsize=9, frameon=False)
     fig.savefig(path)

@@ -20,18 +20,33 @@ class Report:
     results: tuple[RunResult, ...]
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready summary (no timelines)."""
+        """A JSON-ready summary (no timelines).
+
+        ``latency_*`` are of successful requests, ``all_latency_*`` of every request (a
+        failure when it failed, a timeout at its deadline); ``goodput`` is successes per
+        second; ``extra_load`` attempts per request minus one; ``endpoints`` each
+        endpoint's calls, share of calls and peak queue.
+        """
         return {
             "scenario": self.scenario.name,
             "seed": self.seed,
+            "duration": self.scenario.traffic.duration,
+            "loaded": self.scenario.loaded,
             "results": [
                 {
                     "configuration": r.configuration,
                     "requests": r.requests,
                     "successes": r.successes,
                     "success_rate": round(r.success_rate, 6),
+                    "goodput": round(r.goodput, 6),
                     "latency_p50": r.latencies_p50,
                     "latency_p99": r.latencies_p99,
+                    "latency_p999": r.latencies_p999,
+                    "all_latency_p50": r.all_latencies_p50,
+                    "all_latency_p99": r.all_latencies_p99,
+                    "all_latency_p999": r.all_latencies_p999,
+                    "extra_load": round(r.extra_load, 6),
+                    "peak_queue": r.peak_queue,
                     "capacity_retained": round(r.capacity_retained, 6),
                     "spurious_ejections": r.spurious_ejections,
                     "deserved_ejections": r.deserved_ejections,
@@ -40,6 +55,13 @@ class Report:
                     "no_eligible_while_alive": r.no_eligible_while_alive,
                     "backend_calls": r.backend_calls,
                     "ejected": list(r.ejected),
+                    "endpoints": [
+                        {"id": i, "calls": calls, "share": round(share, 6), "peak_queue": peak}
+                        for i, calls, share, peak in zip(
+                            r.endpoint_ids, r.endpoint_calls, r.shares, r.peak_queues, strict=True
+                        )
+                    ],
+                    "return_peak_queues": r.return_peak_queues,
                 }
                 for r in self.results
             ],

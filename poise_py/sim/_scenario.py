@@ -33,16 +33,29 @@ A scenario file::
     # HTTP: { http = 429, retry_after = 60 }; the client's own FaultError: { fault = "suspect" }
     # also: flap = { period = 60, down = 20, http = 503 }, rate_limit = { rps = 50, retry_after = 30 }
 
+    [[endpoints]]           # load: serves 4 calls at once, queues 20 more, sheds the rest
+    id = "small"
+    capacity = 4
+    max_queue = 20
+    overload = { http = 429, retry_after = 1 }   # default: the protocol's overload status
+    warmup = { duration = 30, capacity = 0.25 }  # starts cold when it joins or comes back
+    quota = { requests = 600, per = 60 }          # a provider's requests per minute
+    phases = [{ start = 0 }, { start = 60, latency_scale = 10, capacity = 2 }]
+
     [[configurations]]      # optional: compared with the built-in baselines
     name = "aggressive"
     policy = "round_robin"
     classifier = "default"  # optional: "grpc", "http" or "default" (else the client's)
     circuit = { consecutive_failures = 2, escalation = { base = 5 } }
+    max_in_flight = 8                        # optional load knobs: a cap per endpoint,
+    slow_start = { window = 30 }             # Envoy's slow start,
+    concurrency = { algorithm = "aimd" }     # adaptive limits ("gradient2" or "aimd", with their knobs)
 
 Every configuration runs on the same seeded traffic. The baselines (naive round-robin,
 first-strike permanent eviction, a consecutive-failures breaker with a constant open
-window) and poise_py's default configuration are always included. Every field is
-checked before anything runs; unknown keys are refused.
+window) and poise_py's default configuration are always included; when an endpoint has a
+capacity, so are uniform random and the shortest-queue oracle. Every field is checked
+before anything runs; unknown keys are refused.
 """
 
 from __future__ import annotations
@@ -65,7 +78,7 @@ from .._errors import ConfigError
 from .._faults import Fault
 from .._knobs import is_number
 from ._engine import Configuration, DiscoverySpec, Fleet, Reporting, Traffic
-from ._models import EndpointModel, Flap, Latency, Phase, RateLimit
+from ._models import MAX_CAPACITY, EndpointModel, Flap, Latency, Phase, Quota, RateLimit, Warmup
 from ._observe import (
     ClassifierName,
     Client,
@@ -136,7 +149,39 @@ class Scenario:
 
     def all_configurations(self) -> tuple[Configuration, ...]:
         """poise_py's default, the baselines, then the scenario's own."""
-        return (*default_configurations(), *self.configurations)
+        return (*default_configurations(load=self.loaded), *self.configurations)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether any endpoint has a capacity (so calls queue, and the load baselines run)."""
+        return any(m.loaded for m in self.endpoints)
+
+    def fault_windows(self) -> list[tuple[float, float, str]]:
+        """Each stretch of a phase in which an endpoint misbehaves, as ``(start, end, endpoint id)``.
+
+        Misbehaving: a phase that is unhealthy, slowed (``latency_scale`` other than 1) or
+        with a capacity of its own, while the endpoint exists; the timeline plot shades
+        these. A flapping cycle is not drawn (it would cover the whole run).
+        """
+        end = self.traffic.duration
+        windows: list[tuple[float, float, str]] = []
+        for model in self.endpoints:
+            points = [p for p in sorted({0.0, *model.change_points()}) if p < end]
+            opened: float | None = None
+            for at, until in zip(points, [*points[1:], end], strict=True):
+                middle = (at + until) / 2
+                phase = model.phase_at(middle)
+                odd = model.exists_at(middle) and (
+                    not phase.is_healthy or phase.latency_scale != 1 or phase.capacity is not None
+                )
+                if odd and opened is None:
+                    opened = at
+                elif not odd and opened is not None:
+                    windows.append((opened, at, model.id))
+                    opened = None
+            if opened is not None:
+                windows.append((opened, end, model.id))
+        return windows
 
     @property
     def summary(self) -> str:
@@ -152,8 +197,32 @@ def first_sentence(text: str) -> str:
     return flat if match is None else flat[: match.end()]
 
 
-def default_configurations() -> tuple[Configuration, ...]:
-    """poise_py's default configuration and the three baselines."""
+def default_configurations(*, load: bool = False) -> tuple[Configuration, ...]:
+    """poise_py's default configuration and the three baselines (five when ``load``).
+
+    With ``load`` (a scenario whose endpoints have a capacity) two more: uniform random
+    with no health, and a join-the-shortest-queue oracle that sees every endpoint's true
+    queue and health (the lower bound a client-side policy can approach).
+    """
+    return (*_fault_baselines(), *(_load_baselines() if load else ()))
+
+
+def _load_baselines() -> tuple[Configuration, ...]:
+    return (
+        Configuration(
+            name="uniform random", policy=poise.Random(), circuit=poise.CircuitPolicy(), reporting=Reporting.NONE
+        ),
+        Configuration(
+            name="shortest-queue oracle",
+            policy=poise.RoundRobin(),
+            circuit=poise.CircuitPolicy(),
+            reporting=Reporting.NONE,
+            oracle=True,
+        ),
+    )
+
+
+def _fault_baselines() -> tuple[Configuration, ...]:
     return (
         Configuration(name="poise_py default", policy=poise.PowerOfTwoChoices(), circuit=poise.CircuitPolicy()),
         Configuration(
@@ -176,6 +245,7 @@ def default_configurations() -> tuple[Configuration, ...]:
                 minimum_volume=1,
                 max_ejection_percent=1.0,
                 escalation=poise.Escalation(base=30.0, maximum=30.0, jitter=0.0),
+                overload_window=None,  # a peer's breaker: every failure is the endpoint's own
             ),
         ),
     )
@@ -323,12 +393,45 @@ def _observation(t: _Table) -> Observation | None:
     return None
 
 
+def _load(t: _Table) -> dict[str, Any]:
+    """An endpoint table's load model: capacity, queue, overload answer, warm-up, quota."""
+    options: dict[str, Any] = {
+        "capacity": t.integer("capacity", None, low=1, high=MAX_CAPACITY),
+        "max_queue": t.integer("max_queue", None, low=0, high=MAX_CAPACITY),
+    }
+    overload = t.table("overload")
+    if overload is not None:
+        observation = _observation(overload)
+        overload.done()
+        if observation is None:
+            raise ConfigError(overload.where, 'names what a shed call sees: http = 503, grpc = "UNAVAILABLE", ...')
+        options["overload"] = observation
+    warmup = t.table("warmup")
+    if warmup is not None:
+        duration = warmup.number("duration", None, open_low=True)
+        share = warmup.number("capacity", 0.25, open_low=True, high=1.0)
+        warmup.done()
+        if duration is None:
+            raise ConfigError(warmup.at("duration"), "is required (seconds to full capacity)")
+        options["warmup"] = _construct(Warmup, warmup.where, duration=duration, capacity=share)
+    quota = t.table("quota")
+    if quota is not None:
+        requests = quota.integer("requests", None, low=1, high=MAX_CAPACITY)
+        per = quota.number("per", 60.0, open_low=True)
+        quota.done()
+        if requests is None:
+            raise ConfigError(quota.at("requests"), "is required (requests per window)")
+        options["quota"] = _construct(Quota, quota.where, requests=requests, per=per)
+    return {k: v for k, v in options.items() if v is not None}
+
+
 def _phase(value: object, where: str) -> Phase:
     t = _Table(value, where)
     error = _observation(t)
     start = t.number("start", 0.0)
     error_rate = t.number("error_rate", 0.0 if error is None else 1.0, high=1.0)
     latency_scale = t.number("latency_scale", 1.0, open_low=True)
+    capacity = t.integer("capacity", None, low=1, high=MAX_CAPACITY)
     healthy = t.boolean("healthy", None)
     t.done()
     return _construct(  # type: ignore[no-any-return]
@@ -338,6 +441,7 @@ def _phase(value: object, where: str) -> Phase:
         error_rate=error_rate,
         error=error or Stated(fault=Fault.SUSPECT),
         latency_scale=latency_scale,
+        capacity=capacity,
         healthy=healthy,
     )
 
@@ -392,6 +496,7 @@ def _endpoints(raw: object, where: str = "endpoints") -> tuple[EndpointModel, ..
             options["rate_limit"] = RateLimit(rps=rps, retry_after=retry_after or 0.0)
         options["joins_at"] = t.number("joins_at", 0.0)
         options["leaves_at"] = t.number("leaves_at", None)
+        options.update(_load(t))
         t.done()
         if options["leaves_at"] is not None and options["leaves_at"] <= options["joins_at"]:
             raise ConfigError(t.at("leaves_at"), "must be after joins_at")
@@ -439,7 +544,8 @@ def _circuit(t: _Table) -> poise.CircuitPolicy:
     hard_cap = t.table("hard_cap")
     if hard_cap is not None:
         knobs["hard_cap"] = _construct(poise.HardCap, hard_cap.where, **_plain(hard_cap))
-    knobs.update(_plain(t))
+    # TOML has no null: "off" turns an optional condition off (None in Python).
+    knobs.update({key: None if value == "off" else value for key, value in _plain(t).items()})
     return _construct(poise.CircuitPolicy, t.where, **knobs)  # type: ignore[no-any-return]
 
 
@@ -475,6 +581,7 @@ def _configurations(raw: object, client: Client) -> tuple[Configuration, ...]:
             options["on_discovery_end"] = poise.DiscoveryEnd(end)
         coordination = t.boolean("coordination", False)
         classifier = t.string("classifier", None, _CLASSIFIERS)
+        options.update(_load_knobs(t))
         t.done()
         out.append(
             Configuration(
@@ -488,6 +595,27 @@ def _configurations(raw: object, client: Client) -> tuple[Configuration, ...]:
             )
         )
     return tuple(out)
+
+
+_ALGORITHMS = {"gradient2": poise.Gradient2, "aimd": poise.AIMD}
+
+
+def _load_knobs(t: _Table) -> dict[str, object]:
+    """A configuration's load knobs: ``max_in_flight``, ``slow_start = {...}``, ``concurrency = {...}``."""
+    options: dict[str, object] = {}
+    cap = t.integer("max_in_flight", None, low=1, high=MAX_CAPACITY)
+    if cap is not None:
+        options["max_in_flight"] = cap
+    slow_start = t.table("slow_start")
+    if slow_start is not None:
+        options["slow_start"] = _construct(poise.SlowStart, slow_start.where, **_plain(slow_start))
+    concurrency = t.table("concurrency")
+    if concurrency is not None:
+        name = concurrency.string("algorithm", "gradient2", _ALGORITHMS)
+        assert name is not None  # noqa: S101 - defaulted
+        algorithm = _construct(_ALGORITHMS[name], concurrency.where, **_plain(concurrency))
+        options["concurrency"] = poise.AdaptiveConcurrency(algorithm)
+    return options
 
 
 _PROTOCOLS = {p.value: p for p in Protocol}

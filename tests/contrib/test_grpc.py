@@ -474,6 +474,43 @@ async def test_on_trio_the_factory_and_every_call_raise_asyncio_only() -> None:
             BalancedChannel(plain).unary_stream(COUNT)(b"x")
 
 
+GRPC_ON_TRIO = """
+import trio
+import poise_py as poise
+from poise_py.contrib.grpc import ChannelFactory
+
+async def main():
+    channels = ChannelFactory()
+    lb = poise.LoadBalancer(
+        poise.StaticDiscovery([poise.Endpoint("w1", address="127.0.0.1:1")]),
+        endpoint_factory=channels,
+        endpoint_close=channels.close,
+    )
+    async with lb:
+        pass
+
+trio.run(main)
+"""
+
+
+def test_on_trio_async_with_lb_ends_in_one_line_saying_to_run_under_asyncio() -> None:
+    done = subprocess.run(  # noqa: S603 - our interpreter, our script
+        [sys.executable, "-c", GRPC_ON_TRIO],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],  # this checkout
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("poise_py._errors.EndpointFactoryError: the endpoint factory failed for 'w1'; ")
+    assert "nothing was applied (no pool was live yet): AsyncioOnlyError: " in last
+    assert "previous pool" not in last  # there was none
+    assert "Run this balancer under asyncio (anyio.run(..., backend='asyncio'))" in last
+    assert last.endswith("in a worker thread (anyio.to_thread).")
+
+
 def test_importing_without_grpcio_names_the_extra() -> None:
     code = (
         "import sys\n"

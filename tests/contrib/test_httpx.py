@@ -17,7 +17,7 @@ import trio.testing
 
 import poise_py as poise
 from poise_py import CircuitState, Fault
-from poise_py.contrib.httpx import PoiseTransport, endpoint_url
+from poise_py.contrib.httpx import PoiseTransport, balanced_client, endpoint_url
 from tests.support.http_server import FaultServer, fault_servers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real_clock]  # these tests wait on real sockets
@@ -38,7 +38,7 @@ def counters(lb: poise.LoadBalancer, endpoint_id: str) -> poise.EndpointCounters
 async def test_requests_are_balanced_over_three_servers_with_path_and_host_kept() -> None:
     async with fault_servers("a", "b", "c") as servers:
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             bodies = [(await client.get(f"/v1/items/{i}", params={"q": "x"})).text for i in range(9)]
             assert sorted(bodies) == sorted(["a:200", "b:200", "c:200"] * 3)
             for server in servers:
@@ -54,7 +54,7 @@ async def test_a_500_is_a_strike_and_reaches_the_caller() -> None:
     async with fault_servers("a", "b") as servers:
         servers[1].fault = "500"
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             statuses = sorted([(await client.get("/")).status_code for _ in range(2)])
             assert statuses == [200, 500]
             assert counters(lb, "b").faults[Fault.SUSPECT] == 1
@@ -65,7 +65,7 @@ async def test_a_429_with_retry_after_opens_the_circuit_for_at_least_that_long()
     async with fault_servers("a", "b") as servers:
         servers[0].fault = "429:120"
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             responses = [await client.get("/") for _ in range(2)]
             assert sorted(r.status_code for r in responses) == [200, 429]
             snap = lb.snapshot()["a"]
@@ -81,7 +81,7 @@ async def test_a_401_blocks_the_endpoint_without_probing() -> None:
     async with fault_servers("a", "b") as servers:
         servers[0].fault = "401"
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             for _ in range(6):
                 await client.get("/")
             snap = lb.snapshot()["a"]
@@ -95,7 +95,7 @@ async def test_a_connection_reset_raises_to_the_caller_and_is_a_strike() -> None
     async with fault_servers("a") as servers:
         servers[0].fault = "reset"
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             with pytest.raises(httpx.TransportError):
                 await client.get("/")
             c = counters(lb, "a")
@@ -107,7 +107,7 @@ async def test_a_reset_in_the_middle_of_the_body_counts_against_the_endpoint() -
     async with fault_servers("a") as servers:
         servers[0].fault = "reset-body"
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             with pytest.raises(httpx.TransportError):
                 await client.get("/")
             c = counters(lb, "a")
@@ -119,7 +119,7 @@ async def test_a_reset_in_the_middle_of_the_body_counts_against_the_endpoint() -
 async def test_a_streamed_body_holds_its_permit_until_it_is_read() -> None:
     async with fault_servers("a") as servers:
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             async with client.stream("GET", "/") as response:
                 assert response.status_code == 200
                 assert lb.snapshot()["a"].inflight == 1
@@ -133,7 +133,7 @@ async def test_a_caller_giving_up_on_a_slow_response_is_a_cancellation_not_a_fau
     async with fault_servers("a") as servers:
         servers[0].fault = "slow"
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             async with anyio.create_task_group() as tg:
 
                 async def call() -> None:
@@ -157,7 +157,7 @@ async def test_a_response_slower_than_the_timeout_is_a_strike() -> None:
     async with fault_servers("a") as servers:
         servers[0].fault = "slow"
         lb = balancer(servers)
-        transport = PoiseTransport(lb)
+        transport = PoiseTransport(lb, host="api.internal")
         async with lb, httpx.AsyncClient(transport=transport, base_url=BASE, timeout=5.0) as client:
             failure: list[BaseException] = []
             async with anyio.create_task_group() as tg:
@@ -182,7 +182,7 @@ async def test_idempotent_requests_are_retried_on_another_endpoint() -> None:
         servers[0].fault = "reset"
         servers[1].fault = "503"
         lb = balancer(servers)
-        transport = PoiseTransport(lb, attempts=3)
+        transport = PoiseTransport(lb, host="api.internal", attempts=3)
         async with lb, httpx.AsyncClient(transport=transport, base_url=BASE) as client:
             for _ in range(3):  # whichever endpoint round-robin starts on, c answers
                 response = await client.get("/")
@@ -199,7 +199,7 @@ async def test_retries_stop_once_every_endpoint_was_tried_without_asking_the_bud
         servers[0].fault = "503"
         servers[1].fault = "503"
         lb = balancer(servers, retry_budget=poise.RetryBudget(percent=0.0, min_per_second=1.0))
-        transport = PoiseTransport(lb, attempts=5)
+        transport = PoiseTransport(lb, host="api.internal", attempts=5)
         async with lb, httpx.AsyncClient(transport=transport, base_url=BASE) as client:
             response = await client.get("/")
             assert response.status_code == 503
@@ -212,7 +212,7 @@ async def test_a_post_is_sent_once_even_with_attempts() -> None:
         servers[0].fault = "503"
         servers[1].fault = "503"
         lb = balancer(servers)
-        transport = PoiseTransport(lb, attempts=3)
+        transport = PoiseTransport(lb, host="api.internal", attempts=3)
         async with lb, httpx.AsyncClient(transport=transport, base_url=BASE) as client:
             response = await client.post("/", content=b"once")
             assert response.status_code == 503
@@ -223,7 +223,7 @@ async def test_no_eligible_endpoint_raises_the_typed_selection_error() -> None:
     async with fault_servers("a") as servers:
         servers[0].fault = "401"
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             await client.get("/")
             with pytest.raises(poise.NoEligibleEndpoints):
                 await client.get("/")
@@ -252,18 +252,38 @@ def test_an_endpoint_without_an_address_is_a_config_error() -> None:
 def test_bad_transport_knobs_raise_config_error() -> None:
     lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
     with pytest.raises(poise.ConfigError):
-        PoiseTransport(lb, attempts=0)
+        PoiseTransport(lb, host="api", attempts=0)
     with pytest.raises(poise.ConfigError):
-        PoiseTransport("lb")  # type: ignore[arg-type]
+        PoiseTransport("lb", host="api")  # type: ignore[arg-type]
     with pytest.raises(poise.ConfigError):
-        PoiseTransport(lb, gateway="suspect")  # type: ignore[arg-type]
+        PoiseTransport(lb, host="api", gateway="suspect")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "knob"),
+    [
+        ({"transport": 0}, "transport"),
+        ({"transport": httpx.HTTPTransport()}, "transport"),  # a sync transport
+        ({"classifier": "x"}, "classifier"),
+        ({"classifier": "http"}, "classifier"),
+    ],
+)
+def test_a_transport_or_classifier_that_cannot_work_is_refused_at_construction(
+    kwargs: dict[str, Any], knob: str
+) -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    with pytest.raises(poise.ConfigError) as caught:
+        PoiseTransport(lb, host="api", **kwargs)
+    assert caught.value.knob == knob
+    if kwargs.get("classifier") == "http":
+        assert str(caught.value).endswith("write classifier=poise.classify.http()")
 
 
 async def test_an_https_request_is_not_sent_in_cleartext_to_an_http_address_and_the_endpoint_is_ejected() -> None:
     async with fault_servers("a") as servers:
         host, port = servers[0].address
         lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a", address=f"http://{host}:{port}")]))
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url="https://api.internal") as client:
+        async with lb, balanced_client(lb, "https://api.internal") as client:
             with pytest.raises(poise.ConfigError, match="cleartext") as caught:
                 await client.get("/secret", headers={"Authorization": "Bearer t0ken"})
             assert caught.value.knob == "Endpoint.address"
@@ -277,7 +297,7 @@ async def test_an_endpoint_whose_metadata_allows_it_takes_an_https_request_over_
         host, port = servers[0].address
         endpoint = poise.Endpoint("a", address=f"http://{host}:{port}", metadata={"allow_http_downgrade": True})
         lb = poise.LoadBalancer(poise.StaticDiscovery([endpoint]))
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url="https://api.internal") as client:
+        async with lb, balanced_client(lb, "https://api.internal") as client:
             assert (await client.get("/")).text == "a:200"
 
 
@@ -286,7 +306,7 @@ async def test_an_endpoint_with_an_unusable_address_is_ejected_instead_of_failin
         eps = [poise.Endpoint("good", address=servers[0].address), poise.Endpoint("broken", address=("", 0))]
         lb = poise.LoadBalancer(poise.StaticDiscovery(eps), policy=poise.RoundRobin())
         failures, knob = 0, ""
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             for _ in range(20):
                 try:
                     await client.get("/")
@@ -303,7 +323,7 @@ async def test_an_unusable_endpoint_is_retried_elsewhere_when_attempts_allow() -
     async with fault_servers("good") as servers:
         eps = [poise.Endpoint("broken", address=object()), poise.Endpoint("good", address=servers[0].address)]
         lb = poise.LoadBalancer(poise.StaticDiscovery(eps), policy=poise.RoundRobin(), seed=1)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb, attempts=2), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE, attempts=2) as client:
             for _ in range(4):
                 assert (await client.get("/")).text == "good:200"
 
@@ -311,12 +331,73 @@ async def test_an_unusable_endpoint_is_retried_elsewhere_when_attempts_allow() -
 async def test_an_absolute_url_to_another_host_is_refused_not_sent_to_the_pool() -> None:
     async with fault_servers("a") as servers:
         lb = balancer(servers)
-        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb), base_url=BASE) as client:
+        async with lb, balanced_client(lb, BASE) as client:
             await client.get("/")
             with pytest.raises(poise.ConfigError, match="mounts=") as caught:
                 await client.get("http://elsewhere.example/steal")
             assert caught.value.knob == "host"
             assert servers[0].hits == 1
+
+
+async def test_a_first_request_for_another_host_is_refused_and_does_not_pin_the_transport() -> None:
+    async with fault_servers("a") as servers:
+        lb = balancer(servers)
+        async with lb, balanced_client(lb, BASE) as client:
+            with pytest.raises(poise.ConfigError) as caught:
+                await client.get("http://attacker.example/", headers={"Authorization": "Bearer t0ken"})
+            assert caught.value.knob == "host"
+            assert servers[0].hits == 0  # nothing went to the pool
+            assert (await client.get("/items/42")).text == "a:200"  # the base_url host still works
+            assert dict(servers[0].requests[0].headers)[b"host"] == b"api.internal"
+
+
+def test_a_transport_without_a_host_is_refused_at_construction() -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    with pytest.raises(TypeError, match="host"):
+        PoiseTransport(lb)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "host", ["", "http://api.internal", "api.internal:8080", "api.internal/v1", "user@api.internal", "a b", None, 3]
+)
+def test_a_host_that_is_not_a_bare_host_name_is_a_config_error(host: object) -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    with pytest.raises(poise.ConfigError) as caught:
+        PoiseTransport(lb, host=host)  # type: ignore[arg-type]
+    assert caught.value.knob == "host"
+
+
+@pytest.mark.parametrize("base_url", ["", "/v1", "ftp://api.internal", "http://", 7])
+def test_balanced_client_refuses_a_base_url_without_an_http_host(base_url: object) -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    with pytest.raises(poise.ConfigError) as caught:
+        balanced_client(lb, base_url)  # type: ignore[arg-type]
+    assert caught.value.knob == "base_url"
+
+
+async def test_balanced_client_serves_its_base_url_host_with_the_client_options_and_the_transport_knobs() -> None:
+    async with fault_servers("a", "b") as servers:
+        servers[0].fault = "503"
+        lb = balancer(servers)
+        client = balanced_client(lb, "http://API.Internal:8443/v1/", attempts=2, headers={"x-team": "blue"})
+        async with lb, client:
+            for _ in range(2):  # attempts=2: whichever endpoint comes first, b answers
+                assert (await client.get("items")).text == "b:200"
+            request = servers[1].requests[0]
+            assert request.target == b"/v1/items"
+            assert dict(request.headers)[b"x-team"] == b"blue"
+            with pytest.raises(poise.ConfigError):
+                await client.get("http://other.internal/v1/items")
+
+
+async def test_an_ipv6_host_is_matched_with_or_without_brackets() -> None:
+    async with fault_servers("a") as servers:
+        lb = balancer(servers)
+        async with lb, httpx.AsyncClient(transport=PoiseTransport(lb, host="::1")) as client:
+            assert (await client.get("http://[::1]:9/x")).text == "a:200"
+        lb = balancer(servers)
+        async with lb, balanced_client(lb, "http://[::1]") as client:
+            assert (await client.get("/x")).text == "a:200"
 
 
 async def test_an_explicit_host_is_enforced_from_the_first_request_and_mounts_route_by_host() -> None:

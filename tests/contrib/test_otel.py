@@ -191,7 +191,7 @@ async def test_an_endpoint_the_ejection_guard_keeps_is_in_the_degraded_circuit_s
 # The semantic conventions' naming rules (docs/general/naming.md and docs/general/metrics.md):
 # lowercase dot-separated namespaces with snake_case components; no `_total`; a counter whose
 # unit is an annotation ({call}) is pluralized; an UpDownCounter is not; durations in seconds
-# ("s"), counts in a curly-brace annotation, ratios and states in "1".
+# ("s"), counts in a curly-brace annotation (a gauge's too: a concurrency limit), ratios and states in "1".
 NAME = re.compile(r"^poise(\.[a-z][a-z0-9]*(_[a-z0-9]+)*)+$")
 ANNOTATION = re.compile(r"^\{[a-z][a-z_]*\}$")
 NOT_PLURAL = {"active", "count", "status", "duration"}
@@ -215,7 +215,7 @@ def check_metric(metric: Metric) -> None:
         assert last in NOT_PLURAL, f"{name}: an UpDownCounter is not pluralized"
     else:
         assert isinstance(data, Gauge)
-        assert unit == "1", (name, unit)
+        assert unit == "1" or ANNOTATION.match(unit or ""), (name, unit)
     for point in data.data_points:
         for key in point.attributes or {}:
             assert re.match(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$", key), (name, key)
@@ -223,7 +223,9 @@ def check_metric(metric: Metric) -> None:
 
 async def test_every_instrument_follows_the_semantic_convention_naming_rules(clock: FakeClock) -> None:
     reader = InMemoryMetricReader()
-    async with lb_at(A, B, clock=clock) as lb:
+    # With a cap and an adaptive limit, so that every instrument has something to report.
+    limits = {"max_in_flight": 8, "concurrency": poise.AdaptiveConcurrency()}
+    async with lb_at(A, B, clock=clock, **limits) as lb:
         metrics = instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
         async with lb.acquire():
             pass
@@ -238,6 +240,9 @@ async def test_every_instrument_follows_the_semantic_convention_naming_rules(clo
         assert kinds["poise.call.active"] == "Sum"
         assert kinds["poise.endpoint.count"] == "Sum"
         assert kinds["poise.circuit.status"] == "Gauge"
+        assert kinds["poise.endpoint.effective_weight"] == "Gauge"
+        assert kinds["poise.endpoint.concurrency.limit"] == "Gauge"
+        assert kinds["poise.endpoint.concurrency.max"] == "Gauge"
         for metric in found.values():
             check_metric(metric)
         point = found["poise.calls"].data.data_points[0]

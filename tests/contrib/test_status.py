@@ -17,8 +17,14 @@ from tests.support.clocks import TRIP_AT_ONCE, FakeClock, endpoints, static_lb
 pytestmark = pytest.mark.anyio
 
 
-async def _get(app: StatusApp, path: str, method: str = "GET") -> tuple[int, dict[bytes, bytes], bytes]:
-    """Call the ASGI app directly, the way a server would."""
+SERVED_ON = ("127.0.0.1", 8080)
+"""The address the direct calls say the app is served on (ASGI's ``scope["server"]``)."""
+
+
+async def _get(
+    app: StatusApp, path: str, method: str = "GET", *, host: bytes | None = b"127.0.0.1:8080"
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    """Call the ASGI app directly, the way a server on 127.0.0.1:8080 would (``host``: the Host header)."""
     sent: list[Mapping[str, Any]] = []
 
     async def receive() -> Mapping[str, Any]:
@@ -27,7 +33,9 @@ async def _get(app: StatusApp, path: str, method: str = "GET") -> tuple[int, dic
     async def send(message: Mapping[str, Any]) -> None:
         sent.append(message)
 
-    await app({"type": "http", "method": method, "path": path, "headers": []}, receive, send)
+    headers = [] if host is None else [(b"host", host)]
+    scope = {"type": "http", "scheme": "http", "method": method, "path": path, "headers": headers, "server": SERVED_ON}
+    await app(scope, receive, send)
     start, body = sent
     return start["status"], dict(start["headers"]), body["body"]
 
@@ -64,6 +72,35 @@ async def test_status_json_has_every_endpoint_with_circuit_tier_zone_and_counter
     assert b["pool"]["size"] == 2
     assert b["pool"]["successes"] == 1
     assert [t["tier"] for t in b["tiers"]] == [0, 1]
+
+
+async def test_status_json_shows_each_endpoints_effective_weight_ramp_limit_and_cap(clock: FakeClock) -> None:
+    publisher = poise.DiscoveryPublisher()
+    lb = poise.LoadBalancer(
+        publisher.subscribe(),
+        max_in_flight=6,
+        concurrency=poise.AdaptiveConcurrency(poise.Gradient2(initial_limit=5)),
+        slow_start=poise.SlowStart(window=10.0),
+        clock=clock,
+    )
+    app = StatusApp(lb)
+    publisher.publish(poise.Snapshot(1, [poise.Endpoint("a", weight=2)]))
+    async with lb:
+        await lb.wait_ready()
+        publisher.publish(poise.Delta(2, added=[poise.Endpoint("<b>", weight=4, metadata={"max_in_flight": 3})]))
+        while "<b>" not in lb.snapshot():
+            await anyio.sleep(0)
+        clock.advance(2.5)
+        data = await _status(app)
+        publisher.close()
+    [balancer] = data["balancers"]
+    a, b = balancer["endpoints"]
+    assert (a["weight"], a["effective_weight"], a["ramp_progress"]) == (2, 2.0, None)
+    assert (a["concurrency_limit"], a["max_in_flight"]) == (5, 6)
+    assert b["id"] == "<b>"  # text in JSON; the page sets it as text, never as markup
+    assert (b["weight"], b["ramp_progress"], b["concurrency_limit"], b["max_in_flight"]) == (4, 0.25, 5, 3)
+    assert b["effective_weight"] == pytest.approx(4 * 0.25)
+    assert any(e["type"] == "SlowStartBegan" and e["endpoint"] == "<b>" for e in balancer["events"])
 
 
 async def test_an_endpoint_the_ejection_guard_keeps_shows_as_degraded(clock: FakeClock) -> None:

@@ -64,32 +64,43 @@ def _require_browser() -> None:
 
 
 def _state_of(endpoint: str) -> str:
-    return f"document.querySelector('tr[data-endpoint=\"{endpoint}\"] td.state').textContent"
+    return f'tr[data-endpoint="{endpoint}"] td.state'
 
 
-def _drive(url: str, trip: Callable[[], None], screenshot: Path) -> tuple[list[str], str, str]:
-    """In a worker thread: load the page, check it, trip ``b`` through ``trip``, wait for it to show."""
-    from playwright.sync_api import sync_playwright
+def _drive(url: str, trip: Callable[[], None], screenshot: Path) -> tuple[list[str], str, str, str, list[str]]:
+    """In a worker thread: load the page, check it, trip ``b`` through ``trip``, wait for it to show.
+
+    The waits use locators, never a JavaScript string: the page's Content-Security-Policy
+    refuses ``eval``, as it should. Console messages that name the policy are collected.
+    """
+    from playwright.sync_api import ConsoleMessage, expect, sync_playwright
+
+    refused: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            refused.append(message.text)
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 640})
+            page.on("console", on_console)
+            page.on("pageerror", lambda error: refused.append(str(error)))
             page.goto(url)
-            page.wait_for_function("document.querySelectorAll('tr[data-endpoint]').length === 3")
+            expect(page.locator("tr[data-endpoint]")).to_have_count(3)
             listed = page.locator("tr[data-endpoint] td.id").all_text_contents()
-            before = page.evaluate(_state_of("b"))
+            before = page.locator(_state_of("b")).inner_text()
             trip()
-            page.wait_for_function(f"{_state_of('b')} === 'open'", timeout=OPEN_WITHIN_MS)
-            page.wait_for_function(
-                "[...document.querySelectorAll('ul.events li')].some(li => li.textContent.includes('CircuitOpened'))",
-                timeout=OPEN_WITHIN_MS,
-            )
+            expect(page.locator(_state_of("b"))).to_have_text("open", timeout=OPEN_WITHIN_MS)
+            expect(page.locator("ul.events li", has_text="CircuitOpened").first).to_be_visible(timeout=OPEN_WITHIN_MS)
+            # the page's own style applies under its policy: an open circuit is drawn red
+            colour = page.locator(f"{_state_of('b')} span").evaluate("node => getComputedStyle(node).backgroundColor")
             page.screenshot(path=screenshot, full_page=True)
             events = page.locator("section[data-balancer='checkout'] ul.events").inner_text()
         finally:
             browser.close()
-    return listed, before, events
+    return listed, before, events, colour, refused
 
 
 @pytest.mark.real_clock  # a real browser polls
@@ -115,10 +126,14 @@ async def test_chromium_lists_every_endpoint_and_shows_a_circuit_open_soon_after
 
     async with lb, anyio.create_task_group() as tg:
         port = await tg.start(serve, app)
-        listed, before, events = await anyio.to_thread.run_sync(_drive, f"http://127.0.0.1:{port}/", trip, screenshot)
+        listed, before, events, colour, refused = await anyio.to_thread.run_sync(
+            _drive, f"http://127.0.0.1:{port}/", trip, screenshot
+        )
         tg.cancel_scope.cancel()
     assert listed == ["a", "b", "<i>c</i>"]
     assert before == "closed"
+    assert colour == "rgb(251, 213, 213)"
+    assert refused == [], "the page's Content-Security-Policy must allow its own script and style"
     assert lb.snapshot()["b"].state is poise.CircuitState.OPEN
     assert "CircuitOpened b" in events
     assert screenshot.stat().st_size > 10_000

@@ -300,7 +300,7 @@ async def test_no_count_and_no_configuration_wedges_a_shared_circuit_open(redis_
         # a record whose count is at the saturation point, as if it had failed forever
         redis_server.command(
             "HSET", key, "state", "half_open", "version", "5", "failed_rounds", str(FAILED_ROUNDS_CAP),
-            "protocol_version", "2", "reopen_at", "1e18",
+            "protocol_version", "2", "opened_at", "1", "reopen_at", "1e18",
         )  # fmt: skip
         tripped = await storage.trip_open("a", expected_version=5, wait=WAIT)
         assert tripped.applied

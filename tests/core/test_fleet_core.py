@@ -222,7 +222,9 @@ def test_a_local_trip_is_published_and_retimed_to_the_storages_deadline() -> Non
     assert isinstance(operation, TripOpen)
     assert (operation.key, operation.expected_version) == ("a", 0)
     assert isinstance(operation.wait, OpenWait)
-    reply = Reply(applied=True, state=SharedState(state=_O, version=1, reopen_at=108.0, storage_time=100.0))
+    reply = Reply(
+        applied=True, state=SharedState(state=_O, version=1, opened_at=100.0, reopen_at=108.0, storage_time=100.0)
+    )
     member.core.complete(2.0, reply)
     assert member.core.operation is None
     assert member.core.counters.published == 1

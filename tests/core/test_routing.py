@@ -208,7 +208,13 @@ async def test_permits_carry_their_decision_and_the_snapshot_shows_tiers() -> No
         async with lb.acquire() as permit:
             assert permit.decision == poise.Decision(SPILLOVER, 1)
             assert "spillover" in repr(permit)
-        assert lb.statistics().pool.selections == {HEALTHY: 1, SPILLOVER: 1, PANIC: 0, DecisionMode.DEGRADED: 0}
+        assert lb.statistics().pool.selections == {
+            HEALTHY: 1,
+            SPILLOVER: 1,
+            PANIC: 0,
+            DecisionMode.DEGRADED: 0,
+            DecisionMode.LIMITED: 0,
+        }
         snap = lb.snapshot()
         assert [(t.tier, t.endpoints, t.healthy, t.share, t.panicking) for t in snap.tiers] == [
             (0, 2, 0, 0.0, False),

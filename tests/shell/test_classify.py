@@ -15,25 +15,37 @@ from poise_py import Classification, Fault
 MARKER = ("wool-fault", "worker-internal")
 
 
+def split(verdict: Fault | Classification) -> tuple[Fault, bool]:
+    """A verdict's fault, and whether it is load-shaped."""
+    if isinstance(verdict, Classification):
+        return verdict.fault, verdict.overload
+    return verdict, False
+
+
 def rpc_error(code: grpc.StatusCode, *trailing: tuple[str, str]) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailing), "details")
 
 
 @pytest.mark.parametrize(
-    ("code", "fault"),
+    ("code", "fault", "overload"),
     [
-        (grpc.StatusCode.UNAVAILABLE, Fault.TRANSIENT),
-        (grpc.StatusCode.DEADLINE_EXCEEDED, Fault.TRANSIENT),
-        (grpc.StatusCode.RESOURCE_EXHAUSTED, Fault.TRANSIENT),
-        (grpc.StatusCode.INTERNAL, Fault.SUSPECT),
-        (grpc.StatusCode.INVALID_ARGUMENT, Fault.CALLER),
-        (grpc.StatusCode.FAILED_PRECONDITION, Fault.CALLER),
-        (grpc.StatusCode.UNAUTHENTICATED, Fault.PERMANENT),
-        (grpc.StatusCode.UNIMPLEMENTED, Fault.FATAL),
+        (grpc.StatusCode.UNAVAILABLE, Fault.TRANSIENT, False),  # also a refused connection: a dead endpoint
+        (grpc.StatusCode.DEADLINE_EXCEEDED, Fault.TRANSIENT, True),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, Fault.TRANSIENT, False),  # a quota: this endpoint's own
+        (grpc.StatusCode.INTERNAL, Fault.SUSPECT, False),
+        (grpc.StatusCode.INVALID_ARGUMENT, Fault.CALLER, False),
+        (grpc.StatusCode.FAILED_PRECONDITION, Fault.CALLER, False),
+        (grpc.StatusCode.UNAUTHENTICATED, Fault.PERMANENT, False),
+        (grpc.StatusCode.UNIMPLEMENTED, Fault.FATAL, False),
     ],
 )
-def test_grpc_status_codes_map_to_their_tiers(code: grpc.StatusCode, fault: Fault) -> None:
-    assert poise.classify.grpc(marker=MARKER)(rpc_error(code)) is fault
+def test_grpc_status_codes_map_to_their_tiers(code: grpc.StatusCode, fault: Fault, overload: bool) -> None:
+    assert split(poise.classify.grpc(marker=MARKER)(rpc_error(code))) == (fault, overload)
+
+
+def test_an_override_to_a_fault_that_cannot_be_load_drops_the_overload_mark() -> None:
+    classify = poise.classify.grpc(overrides={"DEADLINE_EXCEEDED": Fault.FATAL})
+    assert classify(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED)) is Fault.FATAL
 
 
 def test_grpc_internal_with_the_servers_marker_is_fatal_without_it_suspect() -> None:
@@ -62,26 +74,26 @@ def status_error(status: int, **headers: str) -> httpx.HTTPStatusError:
 
 
 @pytest.mark.parametrize(
-    ("status", "fault"),
+    ("status", "fault", "overload"),
     [
-        (500, Fault.SUSPECT),
-        (502, Fault.SUSPECT),
-        (503, Fault.SUSPECT),
-        (504, Fault.SUSPECT),
-        (429, Fault.TRANSIENT),
-        (401, Fault.PERMANENT),
-        (403, Fault.PERMANENT),
-        (404, Fault.CALLER),
-        (400, Fault.CALLER),
+        (500, Fault.SUSPECT, False),
+        (502, Fault.SUSPECT, False),
+        (503, Fault.SUSPECT, True),
+        (504, Fault.SUSPECT, True),
+        (429, Fault.TRANSIENT, False),  # a quota: this endpoint's own
+        (401, Fault.PERMANENT, False),
+        (403, Fault.PERMANENT, False),
+        (404, Fault.CALLER, False),
+        (400, Fault.CALLER, False),
     ],
 )
-def test_http_status_codes_map_to_their_tiers(status: int, fault: Fault) -> None:
-    assert poise.classify.http()(status_error(status)) is fault
+def test_http_status_codes_map_to_their_tiers(status: int, fault: Fault, overload: bool) -> None:
+    assert split(poise.classify.http()(status_error(status))) == (fault, overload)
 
 
 def test_http_gateway_errors_are_configurable() -> None:
     classify = poise.classify.http(gateway=Fault.TRANSIENT)
-    assert classify(status_error(503)) is Fault.TRANSIENT
+    assert classify(status_error(503)) == Classification(Fault.TRANSIENT, overload=True)
     assert classify(status_error(500)) is Fault.SUSPECT
 
 
@@ -89,7 +101,7 @@ def test_http_429_carries_retry_after_in_seconds_or_as_a_date() -> None:
     classify = poise.classify.http()
     assert classify(status_error(429, **{"Retry-After": "60"})) == Classification(Fault.TRANSIENT, retry_after=60.0)
     verdict = classify(status_error(503, **{"retry-after": "7"}))
-    assert verdict == Classification(Fault.SUSPECT, retry_after=7.0)
+    assert verdict == Classification(Fault.SUSPECT, retry_after=7.0, overload=True)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     assert poise.classify.parse_retry_after("Thu, 01 Jan 2026 00:02:00 GMT", now=now) == 120.0
     assert poise.classify.parse_retry_after("garbage") is None
@@ -103,7 +115,8 @@ def test_httpx_transport_errors() -> None:
     assert classify(httpx.ConnectTimeout("t", request=request)) is Fault.TRANSIENT
     assert classify(httpx.PoolTimeout("t", request=request)) is Fault.TRANSIENT
     assert classify(httpx.ConnectError("refused", request=request)) is Fault.SUSPECT
-    assert classify(httpx.ReadTimeout("slow", request=request)) is Fault.SUSPECT
+    assert classify(httpx.ReadTimeout("slow", request=request)) == Classification(Fault.SUSPECT, overload=True)
+    assert classify(httpx.WriteTimeout("slow", request=request)) == Classification(Fault.SUSPECT, overload=True)
     assert classify(httpx.RemoteProtocolError("reset", request=request)) is Fault.SUSPECT
     assert classify(httpx.UnsupportedProtocol("ftp", request=request)) is Fault.CALLER
     assert classify(ConnectionResetError()) is Fault.SUSPECT
@@ -119,5 +132,9 @@ def test_default_classifier_honours_an_explicit_fault_marker() -> None:
     err = poise.FaultError(Fault.FATAL, "evict me", retry_after=5)
     assert poise.default_classifier(err) == Classification(Fault.FATAL, retry_after=5)
     assert poise.default_classifier(KeyError("k")) is Fault.CALLER
-    assert poise.default_classifier(TimeoutError()) is Fault.SUSPECT
+    assert poise.default_classifier(TimeoutError()) == Classification(Fault.SUSPECT, overload=True)
+    marked = poise.FaultError(Fault.SUSPECT, "queue full", overload=True)
+    assert poise.default_classifier(marked) == Classification(Fault.SUSPECT, overload=True)
+    with pytest.raises(poise.ConfigError, match="overload"):
+        Classification(Fault.SUSPECT, overload="yes")  # type: ignore[arg-type]
     assert poise.default_classifier(poise.NoEligibleEndpoints({}, 0)) is Fault.CALLER

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+import poise_py as poise
 from poise_py.cli import main
 
 
@@ -254,3 +255,20 @@ def test_demo_web_refuses_a_port_that_is_not_one(port: str, capsys: pytest.Captu
         main(["demo", "--web", port])
     assert exit_info.value.code == 2
     assert "--web" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("requests", ["-1", "0"])
+def test_demo_refuses_a_request_count_below_one(requests: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--requests", requests, "--no-live"])
+    assert exit_info.value.code == 2
+    assert "--requests" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("requests", [-1, 0, True, 2.5])
+def test_run_demo_refuses_a_request_count_below_one(requests: object) -> None:
+    from poise_py._demo import run_demo
+
+    with pytest.raises(poise.ConfigError) as caught:
+        run_demo(requests=requests, live=False)  # type: ignore[arg-type]
+    assert caught.value.knob == "requests"

@@ -233,3 +233,43 @@ async def test_after_a_rejected_delta_a_subscription_catches_up_with_a_full_snap
         await anyio.wait_all_tasks_blocked()
         assert live_ids(lb) == {"a", "b", "c"}
         assert lb.discovery_revision == 3
+
+
+async def test_a_first_update_whose_factory_fails_says_nothing_was_applied_and_ends_with_the_cause() -> None:
+    factory = Factory(fail={"b"})
+    lb = balancer(factory, poise.StaticDiscovery(endpoints("a", "b")))
+    with pytest.raises(poise.EndpointFactoryError) as caught:
+        async with lb:
+            pytest.fail("the balancer must not start")
+    assert str(caught.value) == (
+        "the endpoint factory failed for 'b'; nothing was applied (no pool was live yet): OSError: cannot connect to b"
+    )
+
+
+async def test_a_later_update_whose_factory_fails_says_the_previous_pool_stays_and_shows_the_cause_safely() -> None:
+    def build(endpoint: poise.Endpoint) -> Conn:
+        if endpoint.id == "b":  # it fails with a secret and a long second line in its message
+            raise OSError(f"cannot reach https://svc:hunter2@10.0.0.9/\n{'x' * 5_000}")
+        return Conn(endpoint)
+
+    rejected: list[poise.DiscoveryRejected] = []
+
+    def observe(event: poise.BalancerEvent) -> None:
+        if isinstance(event, poise.DiscoveryRejected):
+            rejected.append(event)
+
+    send, receive = channel()
+    tap = Tap(receive)
+    async with send, receive, poise.LoadBalancer(tap, endpoint_factory=build) as lb:
+        lb.add_observer(observe)
+        await send.send(poise.Snapshot(1, endpoints("a")))
+        await tap.wait(1)
+        await send.send(poise.Snapshot(2, endpoints("a", "b")))
+        await tap.wait(2)
+        assert live_ids(lb) == {"a"}
+    (event,) = rejected
+    text = str(event.error)
+    assert text.startswith("the endpoint factory failed for 'b'; the previous pool stays live: OSError: cannot reach")
+    assert "hunter2" not in text
+    assert "\n" not in text
+    assert len(text) < 700

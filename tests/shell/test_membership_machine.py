@@ -139,7 +139,7 @@ class MembershipMachine(RuleBasedStateMachine):
             fresh = [i for i in after if i not in self.model]
         else:
             ids = [e.id for e in (*update.added, *update.updated)]
-            if len(set(ids)) != len(ids):
+            if len(set(ids)) != len(ids) or len(set(update.removed)) != len(update.removed):
                 return poise.DuplicateIdentity, self.model, []
             gone = set(update.removed)
             if any(e.id in self.model and e.id not in gone for e in update.added):

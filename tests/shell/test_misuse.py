@@ -218,6 +218,64 @@ async def test_acquire_from_another_thread_raises_wrong_thread() -> None:
             pass
 
 
+def _observer(event: object) -> None:
+    return None
+
+
+MUTATIONS: dict[str, Any] = {
+    "set_status": lambda lb: lb.set_status("a", poise.AdminStatus.DRAINING),
+    "add_observer": lambda lb: lb.add_observer(print),
+    "remove_observer": lambda lb: lb.remove_observer(_observer),
+    "add_call_observer": lambda lb: lb.add_call_observer(print),
+    "remove_call_observer": lambda lb: lb.remove_call_observer(_observer),
+    "events": lambda lb: lb.events(),
+}
+
+
+@pytest.mark.parametrize("method", list(MUTATIONS))
+async def test_every_mutating_method_refuses_another_thread_and_changes_nothing(method: str) -> None:
+    async with static_lb("a") as lb:
+        lb.add_observer(_observer)
+        lb.add_call_observer(_observer)
+        with pytest.raises(poise.WrongThread, match=rf"{method}\(\) was called from another thread"):
+            await anyio.to_thread.run_sync(MUTATIONS[method], lb)
+        assert lb.snapshot()["a"].admin is poise.AdminStatus.AUTO
+        lb.remove_observer(_observer)  # both still registered: a refused removal removed nothing
+        lb.remove_call_observer(_observer)
+
+
+@pytest.mark.parametrize("method", ["wait_ready", "drained"])
+def test_waiting_methods_refuse_another_event_loop_thread(method: str) -> None:
+    lb = static_lb("a")
+    errors: list[BaseException] = []
+
+    async def attempt() -> None:
+        try:
+            await (lb.wait_ready() if method == "wait_ready" else lb.drained("a"))
+        except poise.PoiseError as exc:
+            errors.append(exc)
+
+    async def main() -> None:
+        async with lb:
+            other = threading.Thread(target=lambda: asyncio.run(attempt()))
+            other.start()
+            await anyio.to_thread.run_sync(other.join)
+
+    anyio.run(main)
+    assert len(errors) == 1
+    assert isinstance(errors[0], poise.WrongThread)
+    assert f"{method}() was called from another thread" in str(errors[0])
+
+
+async def test_mutating_methods_work_from_any_thread_before_the_balancer_runs() -> None:
+    lb = static_lb("a")
+    await anyio.to_thread.run_sync(lb.add_observer, _observer)
+    await anyio.to_thread.run_sync(lb.add_call_observer, _observer)
+    async with lb:
+        lb.remove_observer(_observer)
+        lb.remove_call_observer(_observer)
+
+
 async def test_acquire_from_another_thread_on_a_stopped_balancer_is_not_running() -> None:
     lb = static_lb("a")
     with pytest.raises(poise.NotRunning):

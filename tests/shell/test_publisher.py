@@ -127,6 +127,8 @@ async def test_a_late_subscriber_starts_from_the_latest_snapshot() -> None:
         (poise.Snapshot(2, endpoints("x", "x")), poise.DuplicateIdentity),
         (poise.Delta(2, added=endpoints("a")), poise.DuplicateIdentity),
         (poise.Delta(2, updated=endpoints("zz")), poise.UnknownIdentity),
+        (poise.Delta(2, removed=["a", "a"]), poise.DuplicateIdentity),
+        (poise.Delta(2, removed=["zz", "zz"]), poise.DuplicateIdentity),
     ],
 )
 async def test_publish_rejects_an_incoherent_update_and_no_subscriber_sees_it(

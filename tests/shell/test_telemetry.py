@@ -334,6 +334,7 @@ async def test_routing_counts_spillover_and_panic_and_healthy_is_the_rest(clock:
             DecisionMode.SPILLOVER: 1,
             DecisionMode.PANIC: 1,
             DecisionMode.DEGRADED: 0,
+            DecisionMode.LIMITED: 0,
         }
         state.mode_selections[1] = SATURATED
         count_selection(state, DecisionMode.SPILLOVER)

@@ -1,0 +1,468 @@
+"""Concurrency limits per endpoint (pure core): a fixed cap, or one that adapts (Netflix's algorithms).
+
+An endpoint at its limit is not a candidate: the pool picks another one, and when every
+candidate is at its limit the call is shed at once with :class:`~poise_py.Overloaded`
+instead of queueing into a timeout. The limit is fixed (``max_in_flight``, a balancer
+default that an endpoint's metadata may override) or adaptive
+(:class:`AdaptiveConcurrency`), learned per endpoint from its calls as Netflix's
+`concurrency-limits <https://github.com/Netflix/concurrency-limits>`_ learns a server's:
+
+- :class:`AIMD` (``AIMDLimit``): additive increase, multiplicative decrease. A drop (an
+  overload signal: a timeout, a 503 or 429, RESOURCE_EXHAUSTED) or a call slower than
+  ``timeout`` multiplies the limit by ``backoff_ratio``; any other completed call adds one,
+  but only while the limit is being used (``in_flight * 2 >= limit``).
+- :class:`Gradient2` (``Gradient2Limit``): the ratio of a long-term average latency to the
+  latest call's (``gradient = clamp(rtt_tolerance * long / short, 0.5, 1.0)``) shrinks the
+  limit when calls queue; ``queue_size`` lets it grow while they do not:
+  ``new = limit * gradient + queue_size``, smoothed as ``limit * (1 - smoothing) + new *
+  smoothing``. The long average is an exponential average over ``long_window`` samples
+  (a plain mean for its first ten), pulled down by 5% whenever it is more than twice the
+  latest call (so it recovers after a long overload); the limit does not move while less
+  than half of it is used (the caller, not the endpoint, is the bottleneck).
+
+Both take the latency of each completed call, the number of calls in flight to the
+endpoint when it completed (itself included), and whether it was a drop. A cancelled
+call is not a sample. With ``window`` > 1 both update once per ``window`` completed calls,
+from their mean latency, the most calls in flight and whether any was a drop: Netflix's
+``WindowedLimit``, which its examples put around every algorithm, counted in calls rather
+than seconds because this core has no clock (:class:`Window`). The running state
+(:class:`Limiter`) lives in the pool's :class:`LoadState`; this module is configuration
+and arithmetic, with no clock and no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Protocol
+
+import attrs
+
+from .._errors import ConfigError
+from .._knobs import check_count, check_duration, check_number, optional
+
+UNLIMITED = 1 << 62
+"""The limit of an endpoint without one (a count no pool reaches)."""
+MAX_LIMIT = 1 << 20
+"""The largest limit a knob accepts."""
+MAX_WINDOW = 1 << 20
+"""The most completed calls a window may take (``window=``)."""
+
+
+class LimitAlgorithm(Protocol):
+    """An adaptive limit's configuration: it makes a fresh :class:`Limiter` per endpoint."""
+
+    initial_limit: int
+
+    def limiter(self) -> Limiter:
+        """A fresh running limit at ``initial_limit``."""
+
+
+class Limiter(Protocol):
+    """One endpoint's running adaptive limit."""
+
+    limit: int
+    """The whole number of calls the endpoint may have in flight now (>= 1)."""
+
+    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
+        """Feed one completed call; return the new :attr:`limit`."""
+
+
+def _check_bounds(owner: str, initial: int, low: int, high: int) -> None:
+    check_count(f"{owner}.min_limit", low, maximum=MAX_LIMIT)
+    check_count(f"{owner}.max_limit", high, maximum=MAX_LIMIT)
+    check_count(f"{owner}.initial_limit", initial, maximum=MAX_LIMIT)
+    if low > high:
+        raise ConfigError(f"{owner}.max_limit", f"must be >= min_limit ({low}), got {high}")
+    if not low <= initial <= high:
+        span = f"[min_limit, max_limit] = [{low}, {high}]"
+        raise ConfigError(f"{owner}.initial_limit", f"must be in {span}, got {initial}")
+
+
+class Window:
+    """Completed calls gathered into one sample: Netflix's ``WindowedLimit`` (average sample window), in calls.
+
+    Netflix closes a window after a time (one second by default) once it holds at least
+    ten calls; the pure core has no clock, so a window here closes after ``size`` calls.
+    The sample it makes is their mean latency, the most calls that were in flight, and
+    whether any of them was a drop.
+    """
+
+    size: int
+    _count: int
+    _drop: bool
+    _in_flight: int
+    _total: float
+
+    __slots__ = ("_count", "_drop", "_in_flight", "_total", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._count = 0
+        self._total = 0.0
+        self._in_flight = 0
+        self._drop = False
+
+    def add(self, rtt: float, in_flight: int, *, drop: bool) -> tuple[float, int, bool] | None:
+        """Add a completed call; when the window is full, its sample (and the window starts again)."""
+        self._count += 1
+        self._total += rtt
+        self._in_flight = max(self._in_flight, in_flight)
+        self._drop = self._drop or drop
+        if self._count < self.size:
+            return None
+        window = (self._total / self._count, self._in_flight, self._drop)
+        self._count = 0
+        self._total = 0.0
+        self._in_flight = 0
+        self._drop = False
+        return window
+
+
+@attrs.frozen(kw_only=True)
+class AIMD:
+    """Additive increase, multiplicative decrease (Netflix's ``AIMDLimit``).
+
+    Attributes:
+        initial_limit: the limit before any call completes.
+        min_limit: the limit never goes below this.
+        max_limit: nor above this.
+        backoff_ratio: the factor a drop multiplies the limit by, in [0.5, 1).
+        timeout: a call slower than this, in seconds, counts as a drop (None: only
+            overload signals do). With ``window`` > 1 it is the window's mean latency
+            that is compared, so by Little's law the limit settles near ``capacity *
+            timeout / service time``: 1.25 times the unloaded mean latency holds it within
+            25% above an endpoint's capacity.
+        window: completed calls per update (1: every call updates the limit).
+    """
+
+    name: ClassVar[str] = "aimd"
+
+    initial_limit: int = 20
+    min_limit: int = 1
+    max_limit: int = 1000
+    backoff_ratio: float = 0.9
+    timeout: float | None = None
+    window: int = 1
+
+    def __attrs_post_init__(self) -> None:
+        _check_bounds("AIMD", self.initial_limit, self.min_limit, self.max_limit)
+        check_number("AIMD.backoff_ratio", self.backoff_ratio, low=0.5, high=1.0, high_open=True)
+        optional(check_duration, "AIMD.timeout", self.timeout)
+        check_count("AIMD.window", self.window, maximum=MAX_WINDOW)
+
+    def limiter(self) -> AIMDLimiter:
+        """A fresh running limit."""
+        return AIMDLimiter(self)
+
+
+class AIMDLimiter:
+    """One endpoint's :class:`AIMD` limit."""
+
+    limit: int
+    _config: AIMD
+    _window: Window | None
+
+    __slots__ = ("_config", "_window", "limit")
+
+    def __init__(self, config: AIMD) -> None:
+        self._config = config
+        self._window = Window(config.window) if config.window > 1 else None
+        self.limit = config.initial_limit
+
+    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
+        """``AIMDLimit._update``: decrease on a drop (or a call over ``timeout``), else grow by one if used."""
+        if self._window is not None:
+            window = self._window.add(rtt, in_flight, drop=drop)
+            if window is None:
+                return self.limit
+            rtt, in_flight, drop = window
+        config = self._config
+        limit = self.limit
+        timeout = config.timeout
+        if drop or (timeout is not None and rtt > timeout):
+            limit = int(limit * config.backoff_ratio)
+        elif in_flight * 2 >= limit:
+            limit += 1
+        self.limit = min(config.max_limit, max(config.min_limit, limit))
+        return self.limit
+
+
+@attrs.frozen(kw_only=True)
+class Gradient2:
+    """Latency gradient with a queue allowance (Netflix's ``Gradient2Limit``).
+
+    Attributes:
+        initial_limit: the limit before any call completes.
+        min_limit: the limit never goes below this.
+        max_limit: nor above this (Netflix's ``maxConcurrency``).
+        smoothing: how much of each new estimate replaces the limit, in (0, 1].
+        rtt_tolerance: how much slower than the long-term average a call may be before
+            the limit shrinks (>= 1: 1.5 tolerates 50%).
+        long_window: the long-term average's window, in samples.
+        queue_size: how much the limit may grow per update while calls do not queue.
+        window: completed calls per update (1: every call updates the limit).
+    """
+
+    name: ClassVar[str] = "gradient2"
+
+    initial_limit: int = 20
+    min_limit: int = 1
+    max_limit: int = 1000
+    smoothing: float = 0.2
+    rtt_tolerance: float = 1.5
+    long_window: int = 600
+    queue_size: float = 4.0
+    window: int = 1
+
+    def __attrs_post_init__(self) -> None:
+        _check_bounds("Gradient2", self.initial_limit, self.min_limit, self.max_limit)
+        check_count("Gradient2.window", self.window, maximum=MAX_WINDOW)
+        check_number("Gradient2.smoothing", self.smoothing, low=0.0, high=1.0, low_open=True)
+        check_number("Gradient2.rtt_tolerance", self.rtt_tolerance, low=1.0)
+        check_count("Gradient2.long_window", self.long_window, maximum=1 << 30)
+        check_number("Gradient2.queue_size", self.queue_size, low=0.0)
+
+    def limiter(self) -> Gradient2Limiter:
+        """A fresh running limit."""
+        return Gradient2Limiter(self)
+
+
+class ExpAverage:
+    """Netflix's ``ExpAvgMeasurement``: a mean of the first ``warmup`` samples, then an EMA over ``window``."""
+
+    value: float
+    _count: int
+    _factor: float
+    _sum: float
+    _warmup: int
+
+    __slots__ = ("_count", "_factor", "_sum", "_warmup", "value")
+
+    def __init__(self, window: int, warmup: int = 10) -> None:
+        self._factor = 2.0 / (window + 1)
+        self._warmup = warmup
+        self._count = 0
+        self._sum = 0.0
+        self.value = 0.0
+
+    def add(self, sample: float) -> float:
+        """Add a sample; return the average."""
+        if self._count < self._warmup:
+            self._count += 1
+            self._sum += sample
+            self.value = self._sum / self._count
+        else:
+            factor = self._factor
+            self.value = self.value * (1 - factor) + sample * factor
+        return self.value
+
+
+class Gradient2Limiter:
+    """One endpoint's :class:`Gradient2` limit (kept as a float, read as a whole number)."""
+
+    estimate: float
+    limit: int
+    _config: Gradient2
+    _long: ExpAverage
+    _window: Window | None
+
+    __slots__ = ("_config", "_long", "_window", "estimate", "limit")
+
+    def __init__(self, config: Gradient2) -> None:
+        self._config = config
+        self._long = ExpAverage(config.long_window)
+        self._window = Window(config.window) if config.window > 1 else None
+        self.estimate = float(config.initial_limit)
+        """The estimated limit, unrounded."""
+        self.limit = config.initial_limit
+
+    @property
+    def long_rtt(self) -> float:
+        """The long-term average latency (0.0 before any sample)."""
+        return self._long.value
+
+    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
+        """``Gradient2Limit._update`` (a drop is a sample like any other: its latency speaks)."""
+        if self._window is not None:
+            window = self._window.add(rtt, in_flight, drop=drop)
+            if window is None:
+                return self.limit
+            rtt, in_flight, _ = window
+        del drop  # Gradient2 reads latency only; a timeout's latency is its deadline
+        config = self._config
+        short = max(rtt, 1e-9)
+        long = self._long.add(short)
+        if long / short > 2:
+            self._long.value = long * 0.95
+        estimate = self.estimate
+        if in_flight < estimate / 2:
+            return self.limit
+        gradient = max(0.5, min(1.0, config.rtt_tolerance * long / short))
+        new = estimate * gradient + config.queue_size
+        new = estimate * (1 - config.smoothing) + new * config.smoothing
+        self.estimate = max(float(config.min_limit), min(float(config.max_limit), new))
+        self.limit = max(1, math.floor(self.estimate))
+        return self.limit
+
+
+@attrs.frozen
+class AdaptiveConcurrency:
+    """Adapt each endpoint's concurrency limit from its calls: ``AdaptiveConcurrency(Gradient2())``.
+
+    Attributes:
+        algorithm: :class:`Gradient2` (default) or :class:`AIMD`.
+    """
+
+    algorithm: AIMD | Gradient2 = attrs.field(factory=Gradient2)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.algorithm, AIMD | Gradient2):
+            raise ConfigError(
+                "AdaptiveConcurrency.algorithm",
+                f"must be poise.Gradient2() or poise.AIMD(), got {self.algorithm!r}",
+            )
+
+    def limiter(self) -> AIMDLimiter | Gradient2Limiter:
+        """A fresh running limit for one endpoint."""
+        return self.algorithm.limiter()
+
+
+@attrs.frozen(kw_only=True)
+class SlowStart:
+    """Ramp a joining or readmitted endpoint's traffic up over ``window`` seconds (Envoy's slow start).
+
+    Its effective weight is ``weight * max(min_weight, time_factor ** (1 / aggression))``,
+    ``time_factor = max(t, 1) / window``, ``t`` the seconds since it joined or was
+    readmitted, until ``t`` reaches ``window``
+    (`Envoy's slow start mode
+    <https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/load_balancing/slow_start>`_).
+
+    Attributes:
+        window: seconds to full weight.
+        aggression: > 0; 1 ramps linearly, more ramps faster at first, less slower.
+        min_weight: the share of its weight an endpoint gets at least, in (0, 1].
+    """
+
+    window: float = 30.0
+    aggression: float = 1.0
+    min_weight: float = 0.1
+
+    def __attrs_post_init__(self) -> None:
+        check_duration("SlowStart.window", self.window)
+        check_number("SlowStart.aggression", self.aggression, low=0.0, low_open=True)
+        check_number("SlowStart.min_weight", self.min_weight, low=0.0, high=1.0, low_open=True)
+
+    def factor(self, elapsed: float) -> float:
+        """The share of its weight an endpoint ``elapsed`` seconds into its ramp gets (1.0 once done)."""
+        window = self.window
+        if elapsed >= window:
+            return 1.0
+        time_factor = max(elapsed, 1.0) / window
+        ramp: float = time_factor ** (1.0 / self.aggression)
+        return min(1.0, max(self.min_weight, ramp))
+
+
+@attrs.frozen(kw_only=True)
+class LoadPolicy:
+    """The balancer's load knobs, as the pool takes them (each None when off)."""
+
+    max_in_flight: int | None = None
+    adaptive: AdaptiveConcurrency | None = None
+    slow_start: SlowStart | None = None
+
+    @property
+    def limits(self) -> bool:
+        """Whether any endpoint may have a concurrency limit."""
+        return self.max_in_flight is not None or self.adaptive is not None
+
+
+class LoadState:
+    """A pool's load knobs and running state, in one object (the pool reads its flags per call).
+
+    Attributes:
+        policy: the knobs.
+        controlled: whether endpoints carry a :class:`LoadControl` and picks are admitted.
+        adaptive: whether completed calls feed adaptive limits.
+        slow_start: the slow-start knobs, or None.
+        ramping: the endpoints in slow start, oldest first.
+        controls: each member's :class:`LoadControl`, while :attr:`controlled` (kept here,
+            not on the member's record, so the record stays within its cache lines).
+        overloaded: when each member last had a load-shaped failure, oldest first (the
+            pool's evidence that a timeout or overload answer is the pool's load).
+        shared_faults: load-shaped failures judged the pool's load, not a strike (saturating).
+    """
+
+    policy: LoadPolicy
+    controlled: bool
+    adaptive: bool
+    slow_start: SlowStart | None
+    ramping: dict[Any, None]
+    controls: dict[Any, LoadControl]
+    overloaded: dict[Any, float]
+    shared_faults: int
+
+    __slots__ = (
+        "adaptive",
+        "controlled",
+        "controls",
+        "overloaded",
+        "policy",
+        "ramping",
+        "shared_faults",
+        "slow_start",
+    )
+
+    def __init__(self, policy: LoadPolicy) -> None:
+        self.policy = policy
+        self.controlled = policy.limits or policy.slow_start is not None
+        self.adaptive = policy.adaptive is not None
+        self.slow_start = policy.slow_start
+        self.ramping = {}
+        self.controls = {}
+        self.overloaded = {}
+        self.shared_faults = 0
+
+
+class LoadControl:
+    """One endpoint's load state, kept beside its record (only while a load knob is on).
+
+    Attributes:
+        cap: the fixed cap (its metadata's ``max_in_flight``, else the balancer's), or
+            :data:`UNLIMITED`.
+        limiter: its adaptive limit, or None.
+        limit: the lesser of the cap and the adaptive limit: it is not a candidate while
+            this many calls are in flight.
+        ramp_since: when its slow start began, or None when it is not ramping.
+        reported: the limit last reported as an event.
+    """
+
+    cap: int
+    limit: int
+    limiter: AIMDLimiter | Gradient2Limiter | None
+    ramp_since: float | None
+    reported: int
+
+    __slots__ = ("cap", "limit", "limiter", "ramp_since", "reported")
+
+    def __init__(self, cap: int, limiter: AIMDLimiter | Gradient2Limiter | None) -> None:
+        self.cap = cap
+        self.limiter = limiter
+        self.limit = cap if limiter is None else min(cap, limiter.limit)
+        self.ramp_since = None
+        self.reported = self.limit
+        """The limit last reported as an event (telemetry's bookkeeping)."""
+
+    def recap(self, cap: int) -> None:
+        """Take a new fixed cap (an endpoint's metadata changed)."""
+        self.cap = cap
+        limiter = self.limiter
+        self.limit = cap if limiter is None else min(cap, limiter.limit)
+
+    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int | None:
+        """Feed a completed call to the adaptive limit; the new limit if it changed, else None."""
+        limiter = self.limiter
+        if limiter is None:
+            return None
+        before = self.limit
+        self.limit = min(self.cap, limiter.sample(rtt, in_flight, drop=drop))
+        return self.limit if self.limit != before else None
