@@ -34,7 +34,6 @@ channel uses the balancer's public API plus that one internal interface.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterable, Callable, Collection, Hashable, Iterable
 from typing import Any
 
@@ -351,8 +350,9 @@ class BalancedChannel:
         return _report(permit, verdict)
 
 
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else deadline - time.monotonic()
+def _remaining(deadline: float | None, now: float) -> float | None:
+    """Seconds left until ``deadline`` on the balancer's clock (its own or the injected one)."""
+    return None if deadline is None else deadline - now
 
 
 class _BalancedCallable:
@@ -407,7 +407,7 @@ class UnaryUnary(_BalancedCallable):
         channel = self._channel
         internals = channel._lb._internals
         loop = internals.retry_loop(channel._attempts if self._retry else 1)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else internals.now() + timeout
         last: Exception | None = None
         loop.start(internals.now())
         while True:
@@ -420,11 +420,12 @@ class UnaryUnary(_BalancedCallable):
             loop.attempt(permit.endpoint.id)
             stub = self._stub(permit)
             try:
-                response = await stub(request, timeout=_remaining(deadline), **kwargs)
+                response = await stub(request, timeout=_remaining(deadline, internals.now()), **kwargs)
             except Exception as exc:
                 fault = channel._fail(permit, exc)
+                now = internals.now()
                 verdict = loop.after_fault(
-                    fault, internals.now(), pool_size=internals.pool_size, time_left=_remaining(deadline)
+                    fault, now, pool_size=internals.pool_size, time_left=_remaining(deadline, now)
                 )
                 if verdict is not Next.RETRY:
                     raise

@@ -58,7 +58,7 @@ from .._balancer import LoadBalancer, classifier_problem
 from .._classify import Classifier
 from .._core._retry import Next, check_attempts
 from .._endpoint import Endpoint
-from .._errors import ConfigError
+from .._errors import ConfigError, SelectionError
 from .._faults import Classification, Fault
 from .._permit import Permit
 
@@ -286,17 +286,34 @@ class PoiseTransport(httpx.AsyncBaseTransport):
         key = self._key(request) if self._key is not None else None
         loop = internals.retry_loop(attempts)
         loop.start(internals.now())
+        # What the last attempt got, kept until another attempt is sure to follow: when no
+        # endpoint is left to retry on, it is the answer, not the selection error.
+        last_response: httpx.Response | None = None
+        last_error: Exception | None = None
         while True:
-            permit = lb.acquire(key=key, exclude=loop.exclude) if loop.attempts_made else lb.acquire(key=key)
+            try:
+                permit = lb.acquire(key=key, exclude=loop.exclude) if loop.attempts_made else lb.acquire(key=key)
+            except SelectionError:
+                if last_response is not None:
+                    return last_response
+                if last_error is not None:
+                    raise last_error from None
+                raise
+            if last_response is not None:
+                await last_response.aclose()
+                last_response = None
+            last_error = None
             loop.attempt(permit.endpoint.id)
             try:
                 response = await self._send(permit, request)
             except Exception as exc:
                 fault = self._fail(permit, exc)
+                error = exc.error if isinstance(exc, _Unusable) else exc
                 if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not Next.RETRY:
-                    if isinstance(exc, _Unusable):
-                        raise exc.error from None
+                    if error is not exc:
+                        raise error from None
                     raise
+                last_error = error
                 continue
             except BaseException:
                 permit.cancel()
@@ -312,7 +329,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             fault = _report(permit, verdict)
             if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not Next.RETRY:
                 return response
-            await response.aclose()
+            last_response = response
 
     async def _send(self, permit: Permit, request: httpx.Request) -> httpx.Response:
         original = request.url

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -568,3 +569,39 @@ async def test_an_event_grpc_completes_for_a_closed_loop_is_dropped_not_a_failur
                     await asyncio.sleep(0.01)
             assert await BalancedChannel(lb).unary_unary(ECHO)(b"x", timeout=5.0) == b"a:x"
     assert {type(c["exception"]) for c in stale_grpc_events_dropped} == {RuntimeError}
+
+
+class OffsetClock:
+    """The real clock plus an offset the test moves: the balancer's clock, not time.monotonic()."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+
+async def test_a_call_deadline_is_measured_on_the_balancers_clock() -> None:
+    clock = OffsetClock()
+
+    def classifier(exc: BaseException) -> poise.Fault | poise.Classification:
+        clock.offset += 10.0  # the first attempt took ten seconds, as the balancer's clock tells
+        return poise.classify.grpc(marker=MARKER)(exc)
+
+    async with workers("a", "b") as ws:
+        lb = balancer(ws, clock=clock)
+        async with lb:
+            await all_ready(lb)
+            ws[0].mode = "internal"  # an unmarked INTERNAL: retried elsewhere while time is left
+            channel = BalancedChannel(lb, idempotent={ECHO}, attempts=3, classifier=classifier)
+            echo = channel.unary_unary(ECHO)
+            codes = []
+            for _ in range(2):  # round robin: one call starts on each worker
+                try:
+                    await echo(b"x", timeout=5.0)
+                    codes.append("OK")
+                except aio.AioRpcError as exc:
+                    codes.append(exc.code().name)
+            # The deadline (5 s) passed on the balancer's clock during a's attempt: no retry on b.
+            assert sorted(codes) == ["INTERNAL", "OK"]
+            assert ws[1].calls == 1

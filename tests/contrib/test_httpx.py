@@ -419,3 +419,20 @@ def test_unusable_addresses_are_a_config_error(address: object) -> None:
     with pytest.raises(poise.ConfigError) as caught:
         endpoint_url(httpx.URL("http://api/"), poise.Endpoint("e", address=address))
     assert caught.value.knob == "Endpoint.address"
+
+
+async def test_when_no_other_endpoint_is_eligible_the_retry_ends_with_the_real_answer() -> None:
+    # a answers 503 (a retry is asked for); b is disabled, so the retry finds nowhere to go:
+    # the caller gets the 503, as lb.call gives the real error, never NoEligibleEndpoints.
+    async with fault_servers("a", "b") as servers:
+        servers[0].fault = "503"
+        lb = balancer(servers)
+        transport = PoiseTransport(lb, host="api.internal", attempts=3)
+        async with lb, httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            lb.set_status("b", poise.AdminStatus.DISABLED)
+            response = await client.get("/")
+            assert response.status_code == 503
+            assert [s.hits for s in servers] == [1, 0]
+            servers[0].fault = "reset"  # a transport error: the error itself is the answer
+            with pytest.raises(httpx.TransportError):
+                await client.get("/")
