@@ -136,6 +136,18 @@ async def all_ready(lb: poise.LoadBalancer) -> None:
             await asyncio.sleep(0.01)
 
 
+async def two_calls(echo: Any, *, timeout: float) -> list[str]:
+    """Call ``echo`` twice; the status names of the two outcomes, sorted."""
+    codes = []
+    for _ in range(2):
+        try:
+            await echo(b"x", timeout=timeout)
+            codes.append("OK")
+        except aio.AioRpcError as exc:
+            codes.append(exc.code().name)
+    return sorted(codes)
+
+
 def faults(lb: poise.LoadBalancer, endpoint_id: str) -> dict[Fault, int]:
     return dict(lb.statistics().endpoints[endpoint_id].faults)
 
@@ -230,14 +242,7 @@ async def test_a_call_to_a_dead_worker_is_not_retried_unless_the_method_is_idemp
             await all_ready(lb)
             await ws[0].stop()
             echo = BalancedChannel(lb).unary_unary(ECHO)
-            codes = []
-            for _ in range(2):
-                try:
-                    await echo(b"x", timeout=5.0)
-                    codes.append(grpc.StatusCode.OK)
-                except aio.AioRpcError as exc:
-                    codes.append(exc.code())
-            assert sorted(c.name for c in codes) == ["OK", "UNAVAILABLE"]
+            assert await two_calls(echo, timeout=5.0) == ["OK", "UNAVAILABLE"]
 
 
 async def test_a_black_hole_ends_at_the_call_deadline_as_a_transient_fault_with_no_retry_past_it() -> None:
@@ -247,14 +252,8 @@ async def test_a_black_hole_ends_at_the_call_deadline_as_a_transient_fault_with_
         async with lb:
             await all_ready(lb)
             echo = BalancedChannel(lb, idempotent={ECHO}, attempts=3).unary_unary(ECHO)
-            codes = []
-            for _ in range(2):  # round robin: one call starts on each worker
-                try:
-                    await echo(b"x", timeout=0.3)
-                    codes.append("OK")
-                except aio.AioRpcError as exc:
-                    codes.append(exc.code().name)
-            assert sorted(codes) == ["DEADLINE_EXCEEDED", "OK"]
+            # round robin: one call starts on each worker
+            assert await two_calls(echo, timeout=0.3) == ["DEADLINE_EXCEEDED", "OK"]
             assert faults(lb, "hole")[Fault.TRANSIENT] == 1
             assert ws[1].calls == 1  # the deadline was spent: the hole's call was not retried on b
             assert lb.statistics().inflight == 0
@@ -595,13 +594,7 @@ async def test_a_call_deadline_is_measured_on_the_balancers_clock() -> None:
             ws[0].mode = "internal"  # an unmarked INTERNAL: retried elsewhere while time is left
             channel = BalancedChannel(lb, idempotent={ECHO}, attempts=3, classifier=classifier)
             echo = channel.unary_unary(ECHO)
-            codes = []
-            for _ in range(2):  # round robin: one call starts on each worker
-                try:
-                    await echo(b"x", timeout=5.0)
-                    codes.append("OK")
-                except aio.AioRpcError as exc:
-                    codes.append(exc.code().name)
-            # The deadline (5 s) passed on the balancer's clock during a's attempt: no retry on b.
-            assert sorted(codes) == ["INTERNAL", "OK"]
+            # Round robin: one call starts on each worker. The deadline (5 s) passed on the
+            # balancer's clock during a's attempt: no retry on b.
+            assert await two_calls(echo, timeout=5.0) == ["INTERNAL", "OK"]
             assert ws[1].calls == 1

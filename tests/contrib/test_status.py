@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -21,10 +21,16 @@ SERVED_ON = ("127.0.0.1", 8080)
 """The address the direct calls say the app is served on (ASGI's ``scope["server"]``)."""
 
 
-async def _get(
-    app: StatusApp, path: str, method: str = "GET", *, host: bytes | None = b"127.0.0.1:8080"
+async def call_app(
+    app: StatusApp,
+    path: str = "/status.json",
+    *,
+    method: str = "GET",
+    headers: Sequence[tuple[bytes, bytes]] = ((b"host", b"127.0.0.1:8080"),),
+    server: tuple[str, int] | None = SERVED_ON,
+    scheme: str = "http",
 ) -> tuple[int, dict[bytes, bytes], bytes]:
-    """Call the ASGI app directly, the way a server on 127.0.0.1:8080 would (``host``: the Host header)."""
+    """Call the ASGI app as a server listening on ``server`` would, with these request headers."""
     sent: list[Mapping[str, Any]] = []
 
     async def receive() -> Mapping[str, Any]:
@@ -33,11 +39,24 @@ async def _get(
     async def send(message: Mapping[str, Any]) -> None:
         sent.append(message)
 
-    headers = [] if host is None else [(b"host", host)]
-    scope = {"type": "http", "scheme": "http", "method": method, "path": path, "headers": headers, "server": SERVED_ON}
+    scope = {
+        "type": "http",
+        "scheme": scheme,
+        "method": method,
+        "path": path,
+        "headers": list(headers),
+        "server": server,
+    }
     await app(scope, receive, send)
     start, body = sent
     return start["status"], dict(start["headers"]), body["body"]
+
+
+async def _get(
+    app: StatusApp, path: str, method: str = "GET", *, host: bytes | None = b"127.0.0.1:8080"
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    """Call the ASGI app directly, the way a server on 127.0.0.1:8080 would (``host``: the Host header)."""
+    return await call_app(app, path, method=method, headers=[] if host is None else [(b"host", host)])
 
 
 async def _status(app: StatusApp) -> dict[str, Any]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.from_thread
@@ -22,6 +24,9 @@ import pytest
 import poise_py as poise
 from poise_py.contrib.status import StatusApp, serve
 from tests.support.clocks import FakeClock, static_lb
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 pytestmark = pytest.mark.anyio
 
@@ -63,17 +68,13 @@ def _require_browser() -> None:
         pytest.fail("the playwright package is missing: pip install playwright (the dev extra has it)")
 
 
-def _state_of(endpoint: str) -> str:
-    return f'tr[data-endpoint="{endpoint}"] td.state'
+@contextmanager
+def watched_page(url: str, *, width: int, height: int) -> Iterator[tuple[Page, list[str]]]:
+    """In a worker thread: Chromium on ``url``, and the console's Content-Security-Policy refusals and page errors.
 
-
-def _drive(url: str, trip: Callable[[], None], screenshot: Path) -> tuple[list[str], str, str, str, list[str]]:
-    """In a worker thread: load the page, check it, trip ``b`` through ``trip``, wait for it to show.
-
-    The waits use locators, never a JavaScript string: the page's Content-Security-Policy
-    refuses ``eval``, as it should. Console messages that name the policy are collected.
+    The waits use locators, never a JavaScript string: the page's policy refuses ``eval``.
     """
-    from playwright.sync_api import ConsoleMessage, expect, sync_playwright
+    from playwright.sync_api import ConsoleMessage, sync_playwright
 
     refused: list[str] = []
 
@@ -84,22 +85,34 @@ def _drive(url: str, trip: Callable[[], None], screenshot: Path) -> tuple[list[s
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 640})
+            page = browser.new_page(viewport={"width": width, "height": height})
             page.on("console", on_console)
             page.on("pageerror", lambda error: refused.append(str(error)))
             page.goto(url)
-            expect(page.locator("tr[data-endpoint]")).to_have_count(3)
-            listed = page.locator("tr[data-endpoint] td.id").all_text_contents()
-            before = page.locator(_state_of("b")).inner_text()
-            trip()
-            expect(page.locator(_state_of("b"))).to_have_text("open", timeout=OPEN_WITHIN_MS)
-            expect(page.locator("ul.events li", has_text="CircuitOpened").first).to_be_visible(timeout=OPEN_WITHIN_MS)
-            # the page's own style applies under its policy: an open circuit is drawn red
-            colour = page.locator(f"{_state_of('b')} span").evaluate("node => getComputedStyle(node).backgroundColor")
-            page.screenshot(path=screenshot, full_page=True)
-            events = page.locator("section[data-balancer='checkout'] ul.events").inner_text()
+            yield page, refused
         finally:
             browser.close()
+
+
+def _state_of(endpoint: str) -> str:
+    return f'tr[data-endpoint="{endpoint}"] td.state'
+
+
+def _drive(url: str, trip: Callable[[], None], screenshot: Path) -> tuple[list[str], str, str, str, list[str]]:
+    """In a worker thread: load the page, check it, trip ``b`` through ``trip``, wait for it to show."""
+    from playwright.sync_api import expect
+
+    with watched_page(url, width=1400, height=640) as (page, refused):
+        expect(page.locator("tr[data-endpoint]")).to_have_count(3)
+        listed = page.locator("tr[data-endpoint] td.id").all_text_contents()
+        before = page.locator(_state_of("b")).inner_text()
+        trip()
+        expect(page.locator(_state_of("b"))).to_have_text("open", timeout=OPEN_WITHIN_MS)
+        expect(page.locator("ul.events li", has_text="CircuitOpened").first).to_be_visible(timeout=OPEN_WITHIN_MS)
+        # the page's own style applies under its policy: an open circuit is drawn red
+        colour = page.locator(f"{_state_of('b')} span").evaluate("node => getComputedStyle(node).backgroundColor")
+        page.screenshot(path=screenshot, full_page=True)
+        events = page.locator("section[data-balancer='checkout'] ul.events").inner_text()
     return listed, before, events, colour, refused
 
 

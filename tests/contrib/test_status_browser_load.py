@@ -11,7 +11,7 @@ import pytest
 
 import poise_py as poise
 from poise_py.contrib.status import StatusApp, serve
-from tests.contrib.test_status_browser import CHROMIUM, CHROMIUM_ARGS, _require_browser
+from tests.contrib.test_status_browser import _require_browser, watched_page
 from tests.support.clocks import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -21,29 +21,15 @@ COLUMNS = ("id", "weight", "ramp", "limit", "cap")
 
 def _read(url: str) -> tuple[list[str], dict[str, list[str]], list[str]]:
     """In a worker thread: load the page; the header and each endpoint's load cells, and any CSP refusal."""
-    from playwright.sync_api import ConsoleMessage, expect, sync_playwright
+    from playwright.sync_api import expect
 
-    refused: list[str] = []
-
-    def on_console(message: ConsoleMessage) -> None:
-        if "Content Security Policy" in message.text:
-            refused.append(message.text)
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 480})
-            page.on("console", on_console)
-            page.on("pageerror", lambda error: refused.append(str(error)))
-            page.goto(url)
-            expect(page.locator("tr[data-endpoint]")).to_have_count(2)
-            header = page.locator("thead th").all_text_contents()
-            rows = {}
-            for row in page.locator("tr[data-endpoint]").all():
-                cells = [row.locator(f"td.{name}").inner_text() for name in COLUMNS]
-                rows[cells[0]] = cells[1:]
-        finally:
-            browser.close()
+    with watched_page(url, width=1600, height=480) as (page, refused):
+        expect(page.locator("tr[data-endpoint]")).to_have_count(2)
+        header = page.locator("thead th").all_text_contents()
+        rows = {}
+        for row in page.locator("tr[data-endpoint]").all():
+            cells = [row.locator(f"td.{name}").inner_text() for name in COLUMNS]
+            rows[cells[0]] = cells[1:]
     return header, rows, refused
 
 

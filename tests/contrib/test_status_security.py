@@ -12,7 +12,6 @@ import base64
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -21,43 +20,13 @@ import pytest
 
 import poise_py as poise
 from poise_py.contrib.status import StatusApp, serve
+from tests.contrib.test_status import call_app
 from tests.support.clocks import TRIP_AT_ONCE, FakeClock, static_lb
 
 pytestmark = pytest.mark.anyio
 
 SECRET_URL = "https://svc:s3cr3t-pass@api.example.com:8443/v1/?api_key=k3y-value&region=eu&X-Amz-Signature=5ig"  # noqa: S105 - made up
 SHOWN_URL = "https://***@api.example.com:8443/v1/?api_key=***&region=eu&X-Amz-Signature=***"
-
-
-async def _call(
-    app: StatusApp,
-    path: str = "/status.json",
-    *,
-    method: str = "GET",
-    headers: Sequence[tuple[bytes, bytes]] = ((b"host", b"127.0.0.1:8080"),),
-    server: tuple[str, int] | None = ("127.0.0.1", 8080),
-    scheme: str = "http",
-) -> tuple[int, dict[bytes, bytes], bytes]:
-    """Call the ASGI app as a server listening on ``server`` would, with these request headers."""
-    sent: list[Mapping[str, Any]] = []
-
-    async def receive() -> Mapping[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: Mapping[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "scheme": scheme,
-        "method": method,
-        "path": path,
-        "headers": list(headers),
-        "server": server,
-    }
-    await app(scope, receive, send)
-    start, body = sent
-    return start["status"], dict(start["headers"]), body["body"]
 
 
 def _host(value: str) -> tuple[tuple[bytes, bytes], ...]:
@@ -70,7 +39,7 @@ def _host(value: str) -> tuple[tuple[bytes, bytes], ...]:
 @pytest.mark.parametrize("path", ["/status.json", "/", "/nope"])
 async def test_a_request_for_another_host_gets_421_and_no_data(path: str) -> None:
     app = StatusApp(static_lb("secret-endpoint"))
-    status, headers, body = await _call(app, path, headers=_host("evil.example:8080"))
+    status, headers, body = await call_app(app, path, headers=_host("evil.example:8080"))
     assert status == 421
     assert b"secret-endpoint" not in body
     assert headers[b"content-type"].startswith(b"text/plain")
@@ -81,7 +50,7 @@ async def test_the_loopback_names_on_the_served_port_are_answered(host: str, clo
     lb = static_lb("a", clock=clock)
     app = StatusApp(lb)
     async with lb:
-        status, _, body = await _call(app, headers=_host(host))
+        status, _, body = await call_app(app, headers=_host(host))
     assert status == 200
     assert json.loads(body)["balancers"][0]["endpoints"][0]["id"] == "a"
 
@@ -102,32 +71,32 @@ async def test_requests_that_do_not_name_the_served_host_get_421(
     headers: tuple[tuple[bytes, bytes], ...], why: str
 ) -> None:
     app = StatusApp(static_lb("a"))
-    assert (await _call(app, headers=headers))[0] == 421, why
+    assert (await call_app(app, headers=headers))[0] == 421, why
 
 
 async def test_the_address_the_app_is_served_on_is_answered_by_default() -> None:
     app = StatusApp(static_lb("a"))
-    assert (await _call(app, headers=_host("10.1.2.3:8080"), server=("10.1.2.3", 8080)))[0] == 200
-    assert (await _call(app, headers=_host("[fd00::5]:8080"), server=("FD00::5", 8080)))[0] == 200
-    assert (await _call(app, headers=_host("localhost"), server=("127.0.0.1", 80)))[0] == 200
-    assert (await _call(app, headers=_host("localhost"), server=("127.0.0.1", 443), scheme="https"))[0] == 200
+    assert (await call_app(app, headers=_host("10.1.2.3:8080"), server=("10.1.2.3", 8080)))[0] == 200
+    assert (await call_app(app, headers=_host("[fd00::5]:8080"), server=("FD00::5", 8080)))[0] == 200
+    assert (await call_app(app, headers=_host("localhost"), server=("127.0.0.1", 80)))[0] == 200
+    assert (await call_app(app, headers=_host("localhost"), server=("127.0.0.1", 443), scheme="https"))[0] == 200
 
 
 async def test_allowed_hosts_replaces_the_default_for_a_page_behind_a_proxy() -> None:
     app = StatusApp(static_lb("a"), allowed_hosts=["status.example.com", "admin.example.com:8443"])
     assert app.allowed_hosts == ("status.example.com", "admin.example.com:8443")
-    assert (await _call(app, headers=_host("status.example.com")))[0] == 200
-    assert (await _call(app, headers=_host("STATUS.example.com:443")))[0] == 200  # a name alone: any port
-    assert (await _call(app, headers=_host("admin.example.com:8443")))[0] == 200
-    assert (await _call(app, headers=_host("admin.example.com:443")))[0] == 421  # name:port: that port only
-    assert (await _call(app, headers=_host("127.0.0.1:8080")))[0] == 421  # the default is replaced
-    assert (await _call(app, headers=_host("evil.example")))[0] == 421
+    assert (await call_app(app, headers=_host("status.example.com")))[0] == 200
+    assert (await call_app(app, headers=_host("STATUS.example.com:443")))[0] == 200  # a name alone: any port
+    assert (await call_app(app, headers=_host("admin.example.com:8443")))[0] == 200
+    assert (await call_app(app, headers=_host("admin.example.com:443")))[0] == 421  # name:port: that port only
+    assert (await call_app(app, headers=_host("127.0.0.1:8080")))[0] == 421  # the default is replaced
+    assert (await call_app(app, headers=_host("evil.example")))[0] == 421
 
 
 async def test_allowed_hosts_star_answers_any_host() -> None:
     app = StatusApp(static_lb("a"), allowed_hosts=["*"])
-    assert (await _call(app, headers=_host("anything.example:1")))[0] == 200
-    assert (await _call(app, headers=()))[0] == 421  # still one Host header
+    assert (await call_app(app, headers=_host("anything.example:1")))[0] == 200
+    assert (await call_app(app, headers=()))[0] == 421  # still one Host header
 
 
 @pytest.mark.parametrize("hosts", ["status.example.com", [], [""], ["a b"], [3], ["h:99999"], ["http://h/"], 7])
@@ -171,7 +140,7 @@ async def test_every_response_forbids_sniffing_and_framing(
     path: str, method: str, headers: tuple[tuple[bytes, bytes], ...]
 ) -> None:
     app = StatusApp(static_lb("a"))
-    _, sent, _ = await _call(app, path, method=method, headers=headers)
+    _, sent, _ = await call_app(app, path, method=method, headers=headers)
     assert sent[b"x-content-type-options"] == b"nosniff"
     policy = sent[b"content-security-policy"].decode()
     assert "frame-ancestors 'none'" in policy
@@ -186,7 +155,7 @@ def _hash(text: str) -> str:
 
 async def test_the_page_policy_runs_only_its_own_script_and_style() -> None:
     app = StatusApp(static_lb("a"), title="orders </script><script>alert(1)</script>", poll_interval=0.5)
-    status, sent, body = await _call(app, "/")
+    status, sent, body = await call_app(app, "/")
     page = body.decode()
     policy = dict(d.strip().split(" ", 1) for d in sent[b"content-security-policy"].decode().split(";"))
     [script] = re.findall(r"<script>(.*?)</script>", page, flags=re.DOTALL)
@@ -216,7 +185,7 @@ async def test_addresses_are_shown_without_userinfo_or_secret_query_values(clock
     )
     app = StatusApp(lb)
     async with lb:
-        status, _, body = await _call(app)
+        status, _, body = await call_app(app)
     assert status == 200
     assert b"s3cr3t" not in body
     assert b"k3y-value" not in body
@@ -239,7 +208,7 @@ async def test_a_huge_id_and_zone_are_shown_bounded_with_their_length(clock: Fak
         permit = lb.acquire(exclude=["b"])
         async with permit:
             permit.fail(poise.Fault.FATAL)  # events about the huge id
-        status, _, body = await _call(app)
+        status, _, body = await call_app(app)
     assert status == 200
     assert len(body) < 20_000
     [b] = json.loads(body)["balancers"]
@@ -254,7 +223,7 @@ async def test_a_long_list_in_an_event_is_shown_bounded_with_its_count(clock: Fa
     lb = static_lb(*(f"e{i}" for i in range(1000)), clock=clock)
     app = StatusApp(lb)
     async with lb:  # one DiscoveryApplied that added the thousand
-        status, _, body = await _call(app)
+        status, _, body = await call_app(app)
     assert status == 200
     [applied] = [e for e in json.loads(body)["balancers"][0]["events"] if e["type"] == "DiscoveryApplied"]
     added = applied["fields"]["added"]
@@ -276,5 +245,5 @@ def test_poll_interval_outside_a_tenth_of_a_second_to_a_day_names_the_field(seco
 @pytest.mark.parametrize("seconds", [0.1, 86_400.0])
 async def test_poll_interval_at_its_bounds_is_accepted(seconds: float) -> None:
     app = StatusApp(static_lb("a"), poll_interval=seconds)
-    page = (await _call(app, "/"))[2].decode()
+    page = (await call_app(app, "/"))[2].decode()
     assert f"const POLL_MS = {round(seconds * 1000)};" in page

@@ -130,6 +130,16 @@ async def probe_of(fleet: Fleet, lb: poise.LoadBalancer) -> poise.Permit:
     return permit
 
 
+async def tripped_on_two(fleet: Fleet) -> tuple[list[poise.LoadBalancer], list[poise.EventStream]]:
+    """Two balancers over a and b, each with an event stream, after the first trips a fleet-wide."""
+    lbs = await fleet.balancers(2, "a", "b")
+    streams = [lb.events() for lb in lbs]
+    await fleet.sync(*lbs)
+    await fail(lbs[0], exclude=("b",))
+    await fleet.sync(*lbs)
+    return lbs, streams
+
+
 def stepping(fleet: Fleet) -> Callable[[float], None]:
     """Let the test step the storage's clock back; call before entering the fleet."""
     if isinstance(fleet, MemoryFleet):
@@ -156,11 +166,7 @@ async def test_a_storage_clock_that_steps_back_past_the_trip_holds_no_circuit_op
 ) -> None:
     step_back = stepping(fleet)
     async with fleet:
-        lbs = await fleet.balancers(2, "a", "b")
-        streams = [lb.events() for lb in lbs]
-        await fleet.sync(*lbs)
-        await fail(lbs[0], exclude=("b",))
-        await fleet.sync(*lbs)
+        lbs, streams = await tripped_on_two(fleet)
         assert all(state_of(lb, "a") is _O for lb in lbs)  # a 30 s round, fleet-wide
         await fleet.advance(10.0)
         step_back(3600.0)  # a failover to a server an hour behind, or NTP
@@ -187,11 +193,7 @@ async def test_a_storage_clock_that_steps_back_within_a_round_holds_it_no_longer
     fleet = MemoryFleet()
     step_back = stepping(fleet)
     async with fleet:
-        lbs = await fleet.balancers(2, "a", "b")
-        streams = [lb.events() for lb in lbs]
-        await fleet.sync(*lbs)
-        await fail(lbs[0], exclude=("b",))
-        await fleet.sync(*lbs)
+        lbs, streams = await tripped_on_two(fleet)
         await fleet.advance(25.0)
         await fleet.sync(*lbs)
         step_back(20.0)  # less than the round has run: the trip time still lies before the clock

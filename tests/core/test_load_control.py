@@ -14,16 +14,7 @@ from poise_py._core._concurrency import AIMDLimiter, ExpAverage, Gradient2Limite
 from poise_py._core._listener import NullListener
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
-
-EVERY_POLICY: list[poise.Policy] = [
-    poise.RoundRobin(),
-    poise.Random(),
-    poise.WeightedRandom(),
-    poise.WeightedRoundRobin(),
-    poise.PowerOfTwoChoices(),
-    poise.PeakEwma(),
-    poise.ConsistentHash(table_size=4099),
-]
+from tests.support.routing import EVERY_POLICY
 
 
 class Heard(NullListener):

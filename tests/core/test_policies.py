@@ -21,20 +21,10 @@ from poise_py._core._record import UNMEASURED, EndpointState
 from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
 from tests.support.circuits import record_of
 from tests.support.clocks import FakeClock
-from tests.support.routing import eject, make_pool, run, shares
+from tests.support.routing import EVERY_POLICY, eject, make_pool, run, shares
 
 WEIGHTS = {"a": 1, "b": 2, "c": 3, "d": 4}
 WEIGHTED = [poise.Endpoint(i, weight=w) for i, w in WEIGHTS.items()]
-
-EVERY_POLICY: list[poise.Policy] = [
-    poise.RoundRobin(),
-    poise.Random(),
-    poise.WeightedRandom(),
-    poise.WeightedRoundRobin(),
-    poise.PowerOfTwoChoices(),
-    poise.PeakEwma(),
-    poise.ConsistentHash(table_size=4099),
-]
 
 
 def names(policy: poise.Policy) -> str:

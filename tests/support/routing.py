@@ -15,6 +15,18 @@ EJECT_ALL = poise.CircuitPolicy(max_ejection_percent=1.0)
 """A circuit that lets every endpoint be ejected (the routing suites eject on purpose)."""
 
 
+EVERY_POLICY: list[poise.Policy] = [
+    poise.RoundRobin(),
+    poise.Random(),
+    poise.WeightedRandom(),
+    poise.WeightedRoundRobin(),
+    poise.PowerOfTwoChoices(),
+    poise.PeakEwma(),
+    poise.ConsistentHash(table_size=4099),
+]
+"""One of every selection policy (a ConsistentHash table small enough for quick tests)."""
+
+
 def zero() -> float:
     """A clock stuck at 0.0."""
     return 0.0
