@@ -624,23 +624,14 @@ def simulate(
     """
     chosen = configurations_named(configurations)
     seed = scenario.seed if seed is None else seed
-    traffic = attrs.evolve(scenario.traffic, duration=duration)
+    shortened = attrs.evolve(scenario, traffic=attrs.evolve(scenario.traffic, duration=duration))
     known = {c.name: c for c in scenario.all_configurations()}
     results = []
     for lab in chosen:
         configuration = known.get(lab.name) or sim.Configuration(
             name=lab.name, policy=lab.policy(), circuit=lab.circuit()
         )
-        engine = sim.Engine(
-            [m.fresh() for m in scenario.endpoints],
-            traffic,
-            configuration,
-            seed=seed,
-            discovery=scenario.discovery,
-            fleet=scenario.fleet,
-            client=scenario.client,
-        )
-        results.append(engine.run())
+        results.append(sim.run_configuration(shortened, configuration, seed=seed))
     return results
 
 

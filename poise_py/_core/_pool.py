@@ -215,10 +215,7 @@ class Pool:
             endpoint = state.endpoint
             state.circuit.closed_at = now  # built a little earlier: it joins now
             if self.load.controlled:
-                adaptive = self.load.policy.adaptive
-                self.load.controls[state] = LoadControl(
-                    self._cap(endpoint), None if adaptive is None else adaptive.limiter()
-                )
+                self.load.controls[state] = self._new_control(endpoint)
                 if slow_start:  # the first members start together: nothing to ramp against
                     self._ramp(state, now)
             members[endpoint.id] = state
@@ -235,7 +232,12 @@ class Pool:
         """The first endpoint with its own ``max_in_flight`` arrived: every member gets a LoadControl."""
         self.load.controlled = True
         for state in self.members.values():
-            self.load.controls[state] = LoadControl(self._cap(state.endpoint), None)
+            self.load.controls[state] = self._new_control(state.endpoint)
+
+    def _new_control(self, endpoint: Endpoint) -> LoadControl:
+        """A fresh LoadControl for ``endpoint``: its fixed cap, and its own adaptive limiter if one is on."""
+        adaptive = self.load.policy.adaptive
+        return LoadControl(self._cap(endpoint), None if adaptive is None else adaptive.limiter())
 
     def build(self, endpoints: Iterable[Endpoint], now: float) -> list[EndpointState]:
         """Fresh records for ``endpoints``, not yet members: :meth:`apply` takes them as ``built``.

@@ -8,6 +8,9 @@
     report = sim.run(scenario)
     for result in report.results:
         print(result.configuration, result.success_rate)
+
+``sim.run_configuration(scenario, configuration)`` runs one configuration of your own on
+the scenario's traffic.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from ._observe import Throttled as Throttled
 from ._observe import Timeout as Timeout
 from ._run import Report as Report
 from ._run import run as run
+from ._run import run_configuration as run_configuration
 from ._scenario import Scenario as Scenario
 from ._scenario import builtin_names as builtin_names
 from ._scenario import default_configurations as default_configurations

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from ._engine import Engine, RunResult
+from ._engine import Configuration, Engine, RunResult
 from ._scenario import Scenario
 
 
@@ -82,15 +82,29 @@ def run(
     results = []
     for config in scenario.all_configurations():
         report = None if progress is None else (lambda t, name=config.name: progress(name, t))
-        engine = Engine(
-            [model.fresh() for model in scenario.endpoints],
-            scenario.traffic,
-            config,
-            seed=seed,
-            progress=report,
-            discovery=scenario.discovery,
-            fleet=scenario.fleet,
-            client=scenario.client,
-        )
-        results.append(engine.run())
+        results.append(run_configuration(scenario, config, seed=seed, progress=report))
     return Report(scenario=scenario, seed=seed, results=tuple(results))
+
+
+def run_configuration(
+    scenario: Scenario,
+    configuration: Configuration,
+    *,
+    seed: int | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> RunResult:
+    """Run one ``configuration`` (from the scenario or not) on ``scenario``'s traffic, as :func:`run` does.
+
+    ``progress(virtual_seconds_done)`` is called as the run advances.
+    """
+    engine = Engine(
+        [model.fresh() for model in scenario.endpoints],
+        scenario.traffic,
+        configuration,
+        seed=scenario.seed if seed is None else seed,
+        progress=progress,
+        discovery=scenario.discovery,
+        fleet=scenario.fleet,
+        client=scenario.client,
+    )
+    return engine.run()

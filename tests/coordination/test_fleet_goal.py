@@ -10,21 +10,13 @@ later than local circuits do.
 from __future__ import annotations
 
 from poise_py import sim
-from poise_py.sim._engine import Engine, RunResult
+from poise_py.sim._engine import RunResult
 
 
 def run(name: str) -> RunResult:
     scenario = sim.load_scenario("fleet-shared-breaker")
     (config,) = [c for c in scenario.all_configurations() if c.name == name]
-    engine = Engine(
-        [model.fresh() for model in scenario.endpoints],
-        scenario.traffic,
-        config,
-        seed=scenario.seed,
-        discovery=scenario.discovery,
-        fleet=scenario.fleet,
-    )
-    return engine.run()
+    return sim.run_configuration(scenario, config)
 
 
 def test_the_coordinated_fleet_serves_like_naive_probes_less_and_readmits_no_later_than_local() -> None:

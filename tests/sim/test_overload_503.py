@@ -29,19 +29,9 @@ def run(
     name: str, policy: poise.Policy, reporting: sim.Reporting, circuit: poise.CircuitPolicy | None = None
 ) -> sim.RunResult:
     """One run of the built-in scenario ``name`` with ``policy`` and ``circuit`` (default: the default)."""
-    scenario = sim.load_scenario(name)
     circuit = poise.CircuitPolicy() if circuit is None else circuit
     config = sim.Configuration(name="x", policy=policy, circuit=circuit, reporting=reporting)
-    engine = sim.Engine(
-        [m.fresh() for m in scenario.endpoints],
-        scenario.traffic,
-        config,
-        seed=scenario.seed,
-        discovery=scenario.discovery,
-        fleet=scenario.fleet,
-        client=scenario.client,
-    )
-    return engine.run()
+    return sim.run_configuration(sim.load_scenario(name), config)
 
 
 def test_on_heterogeneous_pool_the_circuit_costs_no_load_aware_policy_a_call() -> None:
