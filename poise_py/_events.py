@@ -79,10 +79,14 @@ class CircuitHalfOpened(BalancerEvent):
     Attributes:
         endpoint_id: the endpoint.
         epoch: the circuit's new epoch.
+        cause: COOLDOWN_ELAPSED (its window ran out), or RECALLED (ejected for a
+            load-shaped failure, it is probed early because the pool shows load:
+            docs/overload.md).
     """
 
     endpoint_id: str
     epoch: int
+    cause: Cause = Cause.COOLDOWN_ELAPSED
 
 
 @attrs.frozen(kw_only=True)

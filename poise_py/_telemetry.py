@@ -439,7 +439,7 @@ class Telemetry:
                 )
             )
         elif target is _H:
-            self.emit(CircuitHalfOpened(at=at, endpoint_id=endpoint_id, epoch=transition.epoch))
+            self.emit(CircuitHalfOpened(at=at, endpoint_id=endpoint_id, epoch=transition.epoch, cause=cause))
         elif target is _C:
             if source is not _C:
                 self.emit(

@@ -88,6 +88,9 @@ class Cause(enum.Enum):
     RETRY_AFTER = "retry_after"
     PERMANENT = "permanent"
     COOLDOWN_ELAPSED = "cooldown_elapsed"
+    RECALLED = "recalled"
+    """The pool is loaded and needs its capacity: an endpoint ejected for a load-shaped
+    failure is probed before its open window ends (``Pool.complete``, docs/overload.md)."""
     PROBE_SUCCEEDED = "probe_succeeded"
     PROBE_FAILED = "probe_failed"
     HARD_CAP = "hard_cap"
@@ -120,6 +123,7 @@ TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
     (_C, Cause.PERMANENT): _B,
     (_C, Cause.HARD_CAP): _R,
     (_O, Cause.COOLDOWN_ELAPSED): _H,
+    (_O, Cause.RECALLED): _H,
     (_O, Cause.PERMANENT): _B,
     (_H, Cause.PROBE_SUCCEEDED): _C,
     (_H, Cause.PROBE_FAILED): _O,
@@ -245,6 +249,7 @@ class Circuit:
     __slots__ = (
         "_closed_ticket",
         "_probe_ticket",
+        "_recalled_reopen",
         "_slow_base",
         "_timed",
         "_unit",
@@ -308,6 +313,8 @@ class Circuit:
         """A trip ``max_ejection_percent`` refused: CLOSED, but reserve capacity only."""
         self.degraded_cause: Cause | None = None
         """The refused trip's cause while degraded (used if it is ejected later)."""
+        self._recalled_reopen: float | None = None
+        """While a recalled circuit is half-open: when its interrupted open window would have ended."""
         self._reclock()
 
     # -- queries -----------------------------------------------------------------------
@@ -469,6 +476,21 @@ class Circuit:
         """Move OPEN -> HALF_OPEN once ``reopen_at`` has passed (never while leased)."""
         if self.state is _O and self.reopen_at is not None and now >= self.reopen_at and not self.leased:
             return self._move(Cause.COOLDOWN_ELAPSED, now)
+        return None
+
+    def recall(self, now: float) -> Transition | None:
+        """End an OPEN window early, moving to HALF_OPEN now; None when not OPEN, or leased.
+
+        The pool recalls an endpoint ejected for a load-shaped failure once the pool shows
+        load: its capacity is needed. A recall is an extra chance, never a cost: a probe
+        that fails puts the circuit back as it was, OPEN until its interrupted window ends,
+        at the same escalation level (once that window has ended, it fails as any probe).
+        """
+        if self.state is _O and not self.leased:
+            resume = self.reopen_at
+            transition = self._move(Cause.RECALLED, now)
+            self._recalled_reopen = resume
+            return transition
         return None
 
     def block(self, now: float) -> Transition | None:
@@ -718,11 +740,14 @@ class Circuit:
     def _eject(self, cause: Cause, now: float, retry_after: float | None) -> Transition:
         """Open with escalation (from CLOSED or after a failed probe), or retire."""
         policy = self.policy
+        honoured = min(retry_after, policy.max_retry_after) if retry_after else None
+        resume = self._recalled_reopen
+        if resume is not None and resume > now:  # a recalled probe failed: back as it was
+            return self._move(cause, now, reopen_at=max(resume, now + (honoured or 0.0)), retry_after=honoured)
         escalation = policy.escalation
         if self.state is _C:
             self.level = escalation.decayed(self.level, now - self.closed_at)
         wait = escalation.jittered(self.level, self._unit())
-        honoured = min(retry_after, policy.max_retry_after) if retry_after else None
         if honoured is not None:
             wait = max(wait, honoured)
         self.level = min(self.level + 1, MAX_LEVEL)
@@ -791,6 +816,7 @@ class Circuit:
         self.probe_successes = 0
         self.probe_limit = (0 if self.leased else self.policy.permitted_probes) if target is _H else 0
         self.reopen_at = reopen_at if target is _O else None
+        self._recalled_reopen = None
         return Transition(
             source=source,
             target=target,

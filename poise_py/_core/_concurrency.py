@@ -389,6 +389,9 @@ class LoadState:
             not on the member's record, so the record stays within its cache lines).
         overloaded: when each member last had a load-shaped failure, oldest first (the
             pool's evidence that a timeout or overload answer is the pool's load).
+        recallable: the OPEN members ejected for a load-shaped failure: the next sign of
+            the pool's load recalls them (``Cause.RECALLED``).
+        recalls: when each member was first recalled since its circuit last closed.
         shared_faults: load-shaped failures judged the pool's load, not a strike (saturating).
     """
 
@@ -399,6 +402,8 @@ class LoadState:
     ramping: dict[Any, None]
     controls: dict[Any, LoadControl]
     overloaded: dict[Any, float]
+    recallable: dict[Any, None]
+    recalls: dict[Any, float]
     shared_faults: int
 
     __slots__ = (
@@ -408,6 +413,8 @@ class LoadState:
         "overloaded",
         "policy",
         "ramping",
+        "recallable",
+        "recalls",
         "shared_faults",
         "slow_start",
     )
@@ -420,6 +427,8 @@ class LoadState:
         self.ramping = {}
         self.controls = {}
         self.overloaded = {}
+        self.recallable = {}
+        self.recalls = {}
         self.shared_faults = 0
 
 

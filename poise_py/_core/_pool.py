@@ -190,6 +190,8 @@ class Pool:
             self.load.ramping.pop(state, None)
             self.load.controls.pop(state, None)
             self.load.overloaded.pop(state, None)
+            self.load.recallable.pop(state, None)
+            self.load.recalls.pop(state, None)
             self._detach(state)
             state.live = False
             self.guard.leave(state)
@@ -582,6 +584,11 @@ class Pool:
         )
         guard.count_suppressed(before, circuit)
         if transition is not None:
+            if transition.target is _OPEN:
+                if overload and fault is not None and transition.retry_after is None and self._may_recall(state, now):
+                    self.load.recallable[state] = None  # ejected for a load-shaped failure, no Retry-After
+                else:
+                    self.load.recallable.pop(state, None)
             self._moved(state, transition)
         elif circuit.degraded is not degraded:
             self._sync(state)
@@ -589,6 +596,39 @@ class Pool:
             self._sync(state)
             if ticket.epoch == circuit.epoch:
                 self.listener.probe_result(state)
+        if shared and self.load.recallable:
+            self._recall(state, now)
+
+    def _may_recall(self, state: EndpointState, now: float) -> bool:
+        """Whether ``state``, ejected for a load-shaped failure, may be recalled now.
+
+        Recalls go on for ``overload_window`` seconds from an endpoint's first recall
+        since it last closed: long enough for a backend that answers some of its calls to
+        pass a probe, short enough that a dead one (a black hole's timeouts are load-shaped
+        too) costs a few probes, not one per sign of load.
+        """
+        window = self.circuit_policy.overload_window
+        first = self.load.recalls.get(state)
+        return window is not None and (first is None or now - first < window)
+
+    def _recall(self, by: EndpointState, now: float) -> None:
+        """The pool shows load: probe at once every endpoint ejected for a load-shaped failure.
+
+        Its open window would keep capacity out of a pool that now needs it. A recall
+        costs the endpoint nothing (a failed probe puts its circuit back as it was, see
+        ``Circuit.recall``); a load-shaped probe failure makes it recallable again, within
+        :meth:`_may_recall`'s limit. ``by``, whose failure showed the load, is not recalled
+        by it (its own failed probe is no sign that others are loaded).
+        """
+        recallable = self.load.recallable
+        for other in list(recallable):
+            if other is by:
+                continue
+            del recallable[other]
+            transition = other.circuit.recall(now) if other.live and self._may_recall(other, now) else None
+            if transition is not None:
+                self.load.recalls.setdefault(other, now)
+                self._moved(other, transition)
 
     def _loaded(self, state: EndpointState, now: float) -> bool:
         """Whether ``state``'s load-shaped failure is the pool's load: another endpoint had one recently.
@@ -790,6 +830,9 @@ class Pool:
             self._push(circuit.reopen_at, state, circuit.epoch)
 
     def _moved(self, state: EndpointState, transition: Transition) -> None:
+        if transition.target is not _OPEN and transition.target is not _HALF_OPEN:
+            self.load.recallable.pop(state, None)  # readmitted, blocked or retired: no longer ejected for load
+            self.load.recalls.pop(state, None)
         if transition.target is _OPEN and transition.reopen_at is not None:
             self._push(transition.reopen_at, state, transition.epoch)
         elif transition.target is _CLOSED and transition.source is not _CLOSED and self.load.slow_start is not None:

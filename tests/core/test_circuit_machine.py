@@ -119,6 +119,20 @@ class CircuitMachine(RuleBasedStateMachine):
 
     @rule()
     @precondition(lambda self: self.circuit is not None)
+    def recall(self) -> None:
+        c = self.circuit
+        assert c is not None
+        state, level = c.state, c.level
+        transition = c.recall(self.now)
+        if state is CircuitState.OPEN:  # the pool recalls it: probed now, nothing else changes
+            assert transition is not None
+            assert (c.state, c.level) == (CircuitState.HALF_OPEN, level)
+        else:
+            assert transition is None
+            assert c.state is state
+
+    @rule()
+    @precondition(lambda self: self.circuit is not None)
     def reset(self) -> None:
         assert self.circuit is not None
         self.circuit.reset(self.now)

@@ -160,3 +160,25 @@ async def test_a_permit_reports_a_load_shaped_failure_and_refuses_a_wrong_typed_
             permit.fail(poise.Fault.SUSPECT, overload="yes")  # type: ignore[arg-type]
         permit.fail(poise.Fault.SUSPECT, overload=True)
         assert lb.statistics().endpoints[permit.endpoint.id].faults[poise.Fault.SUSPECT] == 1
+
+
+async def test_an_endpoint_ejected_for_load_is_recalled_when_the_pool_shows_load() -> None:
+    clock = FakeClock()
+    lb = poise.LoadBalancer(
+        poise.StaticDiscovery([poise.Endpoint(i) for i in ("a", "b", "c")]), policy=poise.RoundRobin(), clock=clock
+    )
+    events: list[poise.BalancerEvent] = []
+    lb.add_observer(events.append)
+    async with lb:
+        for _ in range(5):  # a answers 503 alone: its own fault, ejected for 30 s or so
+            lb.acquire(exclude={"b", "c"}).fail(poise.Fault.SUSPECT, overload=True)
+        assert lb.snapshot()["a"].state is poise.CircuitState.OPEN
+        clock.advance(2.0)
+        # b times out now: the pool is loaded and needs a's capacity back.
+        lb.acquire(exclude={"a", "c"}).fail(poise.Fault.SUSPECT, overload=True)
+        assert lb.snapshot()["a"].state is poise.CircuitState.HALF_OPEN
+        (half,) = [e for e in events if isinstance(e, poise.CircuitHalfOpened)]
+        assert (half.endpoint_id, half.cause, half.at) == ("a", poise.Cause.RECALLED, clock.now)
+        async with lb.acquire(exclude={"b", "c"}) as probe:
+            assert probe.probe
+        assert lb.snapshot()["a"].state is poise.CircuitState.CLOSED

@@ -5,6 +5,7 @@ from __future__ import annotations
 import poise_py as poise
 from poise_py import sim
 from tests.sim.test_load import builtin_report, by_name
+from tests.support.routing import EVERY_POLICY
 
 DEFAULT = "poise_py default"
 OWN = "poise_py, every failure its own"
@@ -15,7 +16,9 @@ def test_overload_503_ejects_the_sick_backend_and_none_of_the_loaded_ones() -> N
     ours, own = results[DEFAULT], results[OWN]
     assert set(ours.ejected) == {"b6"}
     assert ours.spurious_ejections == 0
-    assert ours.success_rate >= 0.94
+    # The goal: b6 is ejected for its 503s and recalled as soon as the survivors' queueing
+    # timeouts show the pool needs it, so no backlog outgrows the deadline.
+    assert ours.success_rate >= 0.999
     # The same balancer counting every queueing timeout as the endpoint's own ejects the
     # survivors one after another: the outage the real backends showed.
     assert own.spurious_ejections >= 3
@@ -34,12 +37,15 @@ def run(
     return sim.run_configuration(sim.load_scenario(name), config)
 
 
-def test_on_heterogeneous_pool_the_circuit_costs_no_load_aware_policy_a_call() -> None:
-    for policy in (poise.PowerOfTwoChoices(), poise.PeakEwma(), poise.WeightedRoundRobin(), poise.Random()):
+def test_on_heterogeneous_pool_the_circuit_costs_no_policy_a_call() -> None:
+    for policy in EVERY_POLICY:
         with_circuit = run("heterogeneous-pool", policy, sim.Reporting.HEALTH)
         without = run("heterogeneous-pool", policy, sim.Reporting.NONE)
         assert with_circuit.success_rate >= without.success_rate, type(policy).__name__
-        assert with_circuit.spurious_ejections == 0, type(policy).__name__
+        # A round robin overfills the smallest backend first, which is ejected while it is
+        # alone in timing out, and recalled at the second one's timeouts.
+        allowed = 1 if isinstance(policy, poise.RoundRobin) else 0
+        assert with_circuit.spurious_ejections <= allowed, type(policy).__name__
 
 
 def test_on_heterogeneous_pool_round_robin_with_the_circuit_no_longer_drains_the_pool() -> None:
@@ -49,7 +55,17 @@ def test_on_heterogeneous_pool_round_robin_with_the_circuit_no_longer_drains_the
     before = run("heterogeneous-pool", poise.RoundRobin(), sim.Reporting.HEALTH, every_own)
     # Every queueing timeout its own fault: the pool drained (14.3%, docs/performance.md).
     assert before.success_rate < 0.2
-    # Judged against the pool: 60.7% against 67.1% with no health at all. Still short of it
-    # (docs/overload.md says why), but never the outage.
-    assert with_circuit.success_rate >= 0.9 * without.success_rate
+    # Judged against the pool, and the first backend to queue (ejected while it was alone)
+    # recalled once the second one's timeouts show the load: no call lost to the circuit.
+    assert with_circuit.success_rate >= without.success_rate
     assert with_circuit.success_rate >= 3 * before.success_rate
+
+
+def test_overload_503_holds_its_goal_whatever_the_seed() -> None:
+    # One seed can be lucky: before the recall, 3 seeds of 10 collapsed (71-90%) when b6's
+    # escalated ejection outlasted its fault while the five others ran at 95%.
+    scenario = sim.load_scenario("overload-503")
+    default = sim.default_configurations()[0]
+    for seed in (1, 4, 7, 10):
+        result = sim.run_configuration(scenario, default, seed=seed)
+        assert result.success_rate >= 0.999, seed
