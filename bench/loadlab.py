@@ -130,6 +130,8 @@ class LabConfiguration:
     health: bool
     oracle: bool = False
     circuit: Callable[[], poise.CircuitPolicy] = poise.CircuitPolicy
+    options: Callable[[], dict[str, Any]] = dict
+    """More ``LoadBalancer`` keyword arguments: the load knobs."""
 
 
 CONFIGURATIONS: dict[str, LabConfiguration] = {
@@ -147,10 +149,25 @@ CONFIGURATIONS: dict[str, LabConfiguration] = {
             circuit=lambda: poise.CircuitPolicy(overload_window=None),
         ),
         LabConfiguration(name="poise_py, PeakEwma", policy=poise.PeakEwma, health=True),
+        LabConfiguration(
+            name="poise_py, max_in_flight 8",
+            policy=poise.PowerOfTwoChoices,
+            health=True,
+            options=lambda: {"max_in_flight": 8},
+        ),
+        LabConfiguration(
+            name="poise_py, AIMD, latency target",
+            policy=poise.PowerOfTwoChoices,
+            health=True,
+            options=lambda: {
+                "concurrency": poise.AdaptiveConcurrency(poise.AIMD(timeout=0.13, window=10, initial_limit=4))
+            },
+        ),
     )
 }
 """The lab's configurations; each runs with its ``circuit`` (default ``poise.CircuitPolicy()``) and
-the scenario's classifier. The first five run by default; the last two are overload-503's own."""
+the scenario's classifier. The first five run by default; the next two are overload-503's own, the last two overload's
+(as its scenario file configures them)."""
 
 DEFAULT_CONFIGURATIONS = tuple(CONFIGURATIONS)[:5]
 
@@ -448,6 +465,7 @@ def _balancer(
         circuit=configuration.circuit(),
         classifier=classifier,
         seed=seed,
+        **configuration.options(),
     )
 
 
