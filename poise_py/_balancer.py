@@ -237,6 +237,7 @@ class LoadBalancer(PermitIssuer):
             log=self._telemetry.log,
             pool=self._pool,
             timer=self._timer,
+            acquire=self.acquire,
         )
         """The one internal interface contrib and the simulator use (see ``_internal.py``)."""
         wake = self._timer.wake

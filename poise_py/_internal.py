@@ -9,10 +9,12 @@ every retrying or simulating integration needs, so each does it the way ``lb.cal
 - the balancer clock's reading (:meth:`now`);
 - the balancer's classification of an exception for an endpoint (:meth:`classify`:
   a raising or ill-typed classifier is logged and read as SUSPECT);
-- the retry accounting: :meth:`retry_loop` hands out a pure
+- the one retry driver, :meth:`attempts`: the attempts of one logical request, each an
+  async context manager around its permit, decided by a pure
   :class:`~poise_py._core._retry.RetryLoop` on the balancer's shared retry budget (its
-  denials are what ``lb.retries_denied`` counts), and :attr:`pool_size` lets a caller
-  stop once every endpoint was tried;
+  denials are what ``lb.retries_denied`` counts); ``lb.call``, the httpx transport and
+  the gRPC channel are each a few lines over it. :meth:`retry_loop` hands the pure loop
+  itself to the simulator, which drives it from its own event loop;
 - :meth:`run_timers`, for the simulator, which drives virtual time from a synchronous
   loop with no timer task between its events.
 """
@@ -20,8 +22,10 @@ every retrying or simulating integration needs, so each does it the way ``lb.cal
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection, Hashable
+from typing import TYPE_CHECKING, Any
 
+from ._attempts import Attempts, Classify
 from ._classify import Classifier
 from ._core._budget import Budget
 from ._core._pool import Pool
@@ -29,6 +33,9 @@ from ._core._retry import RetryLoop
 from ._faults import Classification, Fault
 from ._logs import LimitedLog
 from ._timer import Timer
+
+if TYPE_CHECKING:
+    from ._permit import Permit
 
 __all__ = ["BalancerInternals"]
 
@@ -43,9 +50,10 @@ class BalancerInternals:
         log: the balancer's rate-limited log (a broken classifier is reported there).
         pool: the balancer's pool (its size).
         timer: the balancer's one timer (:meth:`run_timers` fires it).
+        acquire: the balancer's ``acquire(key=..., exclude=...)``.
     """
 
-    __slots__ = ("_budget", "_classifier", "_clock", "_log", "_pool", "_timer")
+    __slots__ = ("_acquire", "_budget", "_classifier", "_clock", "_log", "_pool", "_timer")
 
     def __init__(
         self,
@@ -56,7 +64,9 @@ class BalancerInternals:
         log: LimitedLog,
         pool: Pool,
         timer: Timer,
+        acquire: Callable[..., Permit],
     ) -> None:
+        self._acquire = acquire
         self._clock = clock
         self._budget = budget
         self._classifier = classifier
@@ -99,6 +109,50 @@ class BalancerInternals:
             endpoint_id,
         )
         return _SUSPECT
+
+    def attempts(
+        self,
+        attempts: int,
+        *,
+        key: Hashable | None = None,
+        acquire: Callable[[Collection[str]], Permit] | None = None,
+        classify: Classify | None = None,
+        timeout: float | None = None,
+        discard: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> Attempts:
+        """The attempts of one logical request: ``async for attempt in internals.attempts(3): ...``.
+
+        Args:
+            attempts: at most this many tries, each on an endpoint not yet tried.
+            key: the routing key of each ``acquire`` (ignored with ``acquire``).
+            acquire: takes a permit avoiding the ids given (default the balancer's
+                ``acquire(key=key, exclude=...)``).
+            classify: judges an attempt's exception (default the balancer's classifier,
+                as :meth:`classify`).
+            timeout: seconds the request may take, all attempts together, on the
+                balancer's clock; ``time_left()`` gives each attempt what is left.
+            discard: releases a failed result kept as the answer once another attempt
+                starts (an HTTP response to close).
+        """
+        if acquire is None:
+            lb_acquire = self._acquire
+
+            def acquire(exclude: Collection[str]) -> Permit:
+                return lb_acquire(key=key, exclude=exclude)
+
+        now = self._clock
+        return Attempts(
+            self.retry_loop(attempts),
+            acquire=acquire,
+            classify=self.classify if classify is None else classify,
+            now=now,
+            pool_size=self._pool_size,
+            deadline=None if timeout is None else now() + timeout,
+            discard=discard,
+        )
+
+    def _pool_size(self) -> int:
+        return len(self._pool.members)
 
     def retry_loop(self, attempts: int) -> RetryLoop:
         """A retry loop for one logical request on the balancer's budget (not started yet).

@@ -48,9 +48,9 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a sub
 from .. import classify as _classify
 from .._balancer import LoadBalancer, classifier_problem
 from .._classify import Classifier
-from .._core._retry import Next, check_attempts
+from .._core._retry import check_attempts
 from .._endpoint import Endpoint
-from .._errors import ConfigError, SelectionError
+from .._errors import ConfigError
 from .._faults import Classification, Fault
 from .._permit import Permit
 
@@ -350,11 +350,6 @@ class BalancedChannel:
         return _report(permit, verdict)
 
 
-def _remaining(deadline: float | None, now: float) -> float | None:
-    """Seconds left until ``deadline`` on the balancer's clock (its own or the injected one)."""
-    return None if deadline is None else deadline - now
-
-
 class _BalancedCallable:
     """What every balanced multicallable holds: its channel, method and (de)serializers."""
 
@@ -405,37 +400,17 @@ class UnaryUnary(_BalancedCallable):
         ``compression``) go to each attempt unchanged.
         """
         channel = self._channel
-        internals = channel._lb._internals
-        loop = internals.retry_loop(channel._attempts if self._retry else 1)
-        deadline = None if timeout is None else internals.now() + timeout
-        last: Exception | None = None
-        loop.start(internals.now())
-        while True:
-            try:
-                permit = channel._acquire(self._method, request, loop.exclude)
-            except SelectionError:
-                if last is None:
-                    raise
-                raise last from None  # nowhere else to go: the last real error is the answer
-            loop.attempt(permit.endpoint.id)
-            stub = self._stub(permit)
-            try:
-                response = await stub(request, timeout=_remaining(deadline, internals.now()), **kwargs)
-            except Exception as exc:
-                fault = channel._fail(permit, exc)
-                now = internals.now()
-                verdict = loop.after_fault(
-                    fault, now, pool_size=internals.pool_size, time_left=_remaining(deadline, now)
-                )
-                if verdict is not Next.RETRY:
-                    raise
-                last = exc
-                continue
-            except BaseException:
-                permit.cancel()
-                raise
-            permit.succeed()
-            return response
+        method = self._method
+        tries = channel._lb._internals.attempts(
+            channel._attempts if self._retry else 1,
+            acquire=lambda tried: channel._acquire(method, request, tried),
+            classify=channel._classifier,
+            timeout=timeout,
+        )
+        async for attempt in tries:
+            async with attempt:
+                return await self._stub(attempt.permit)(request, timeout=tries.time_left(), **kwargs)
+        return tries.outcome()  # nowhere else to go: raises the last real error
 
 
 class StreamUnary(_BalancedCallable):

@@ -56,9 +56,9 @@ except ImportError:
 from .. import classify as _classify
 from .._balancer import LoadBalancer, classifier_problem
 from .._classify import Classifier
-from .._core._retry import Next, check_attempts
+from .._core._retry import check_attempts
 from .._endpoint import Endpoint
-from .._errors import ConfigError, SelectionError
+from .._errors import ConfigError
 from .._faults import Classification, Fault
 from .._permit import Permit
 
@@ -281,55 +281,30 @@ class PoiseTransport(httpx.AsyncBaseTransport):
         attempts = self._attempts
         if attempts > 1 and not (request.method in IDEMPOTENT_METHODS and isinstance(request.stream, httpx.ByteStream)):
             attempts = 1
-        lb = self._lb
-        internals = lb._internals
         key = self._key(request) if self._key is not None else None
-        loop = internals.retry_loop(attempts)
-        loop.start(internals.now())
-        # What the last attempt got, kept until another attempt is sure to follow: when no
-        # endpoint is left to retry on, it is the answer, not the selection error.
-        last_response: httpx.Response | None = None
-        last_error: Exception | None = None
-        while True:
-            try:
-                permit = lb.acquire(key=key, exclude=loop.exclude) if loop.attempts_made else lb.acquire(key=key)
-            except SelectionError:
-                if last_response is not None:
-                    return last_response
-                if last_error is not None:
-                    raise last_error from None
-                raise
-            if last_response is not None:
-                await last_response.aclose()
-                last_response = None
-            last_error = None
-            loop.attempt(permit.endpoint.id)
-            try:
-                response = await self._send(permit, request)
-            except Exception as exc:
-                fault = self._fail(permit, exc)
-                error = exc.error if isinstance(exc, _Unusable) else exc
-                if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not Next.RETRY:
-                    if error is not exc:
-                        raise error from None
-                    raise
-                last_error = error
-                continue
-            except BaseException:
-                permit.cancel()
-                raise
-            verdict = _classify.http_status(response.status_code, response.headers, gateway=self._gateway)
-            if verdict is None:
-                return httpx.Response(
-                    status_code=response.status_code,
-                    headers=response.headers,
-                    stream=_PermitStream(response.stream, permit, self),
-                    extensions=response.extensions,
-                )
-            fault = _report(permit, verdict)
-            if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not Next.RETRY:
-                return response
-            last_response = response
+        tries = self._lb._internals.attempts(attempts, key=key, classify=self._classifier, discard=_close)
+        async for attempt in tries:
+            async with attempt:
+                try:
+                    response = await self._send(attempt.permit, request)
+                except _Unusable as exc:
+                    # The endpoint cannot be called this way (no usable address, or only in
+                    # cleartext): FATAL ejects it, rather than failing every request sent there.
+                    if attempt.failed(Fault.FATAL, error=exc.error):
+                        continue
+                    raise exc.error from None
+                verdict = _classify.http_status(response.status_code, response.headers, gateway=self._gateway)
+                if verdict is None:
+                    return httpx.Response(
+                        status_code=response.status_code,
+                        headers=response.headers,
+                        stream=_PermitStream(response.stream, attempt.detach(), self),
+                        extensions=response.extensions,
+                    )
+                if not attempt.failed(verdict, result=response):
+                    return response
+        last: httpx.Response = tries.outcome()  # no endpoint left to retry on: the last response or error
+        return last
 
     async def _send(self, permit: Permit, request: httpx.Request) -> httpx.Response:
         original = request.url
@@ -347,12 +322,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             request.url = original
 
     def _fail(self, permit: Permit, exc: Exception) -> Fault:
-        """Report a transport error; returns the fault recorded."""
-        if isinstance(exc, _Unusable):
-            # The endpoint cannot be called this way (no usable address, or only in
-            # cleartext): FATAL ejects it, rather than failing every request sent there.
-            permit.fail(Fault.FATAL)
-            return Fault.FATAL
+        """Report an error while the body streams; returns the fault recorded."""
         try:
             verdict = self._classifier(exc)
         except Exception:  # noqa: BLE001 - a broken classifier must not lose the outcome
@@ -370,6 +340,11 @@ class _Unusable(Exception):  # noqa: N818 - internal marker, never seen by calle
     def __init__(self, error: ConfigError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+async def _close(response: httpx.Response) -> None:
+    """A failed response another attempt replaces: release its connection."""
+    await response.aclose()
 
 
 def _report(permit: Permit, verdict: Fault | Classification) -> Fault:

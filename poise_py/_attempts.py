@@ -1,0 +1,270 @@
+"""The one retry driver: the attempts of one logical request, each around its own permit.
+
+``LoadBalancer.call``, the httpx transport and the gRPC channel are each a few lines over
+it (the simulator drives the same pure :class:`~poise_py._core._retry.RetryLoop` from its
+event loop). It is reached through ``lb._internals.attempts(...)``::
+
+    attempts = lb._internals.attempts(3, key=key)
+    async for attempt in attempts:
+        async with attempt:                     # an exception is classified and reported
+            return await call(attempt.endpoint)
+    attempts.outcome()                          # no attempt succeeded: raise the last error
+
+How a block ends decides what follows:
+
+- normally: the permit succeeds (unless the body reported it, or took it over with
+  :meth:`AttemptScope.detach`);
+- by an ``Exception``: it is classified (the driver's ``classify``), reported on the permit
+  and handed to the one :class:`RetryLoop` with the pool's size and the time left before
+  the deadline on the balancer's clock. When another attempt follows the exception is
+  swallowed and the loop goes on; otherwise it propagates, annotated with every attempt;
+- by cancellation (or any ``BaseException``): the permit is cancelled, no strike and no
+  success, and it propagates.
+
+A result that is itself a failure (an HTTP 503 response) is reported with
+:meth:`AttemptScope.failed`, which says whether another attempt follows; the driver keeps it as
+the request's answer until the next attempt really starts (the ``discard`` hook releases
+it then), so a retry that finds no endpoint left answers with the last real result or
+error, never with the selection error. Hedged requests will run several attempts at once
+over the same driver: each attempt owns its permit, and the driver's bookkeeping (the
+endpoints tried, the last outcome) does not assume one attempt at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Collection
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ._core._retry import Next, RetryLoop
+from ._errors import SelectionError
+from ._faults import Classification, Fault
+
+if TYPE_CHECKING:
+    from ._endpoint import Endpoint
+    from ._permit import Permit
+
+__all__ = ["Attempt", "AttemptScope", "Attempts"]
+
+Classify = Callable[[Exception], Fault | Classification]
+"""How an attempt's exception is judged (the balancer's classifier, or an integration's own)."""
+
+
+@attrs.frozen(kw_only=True)
+class Attempt:
+    """One failed try of a logical request, recorded on the exception it ends with.
+
+    ``exc.poise_attempts`` is the tuple of them (``LoadBalancer.call``, the httpx
+    transport, the gRPC channel), oldest first.
+
+    Attributes:
+        endpoint_id: the endpoint tried.
+        fault: how its failure was classified.
+        error: the exception it raised, or None when its result was itself the failure
+            (an HTTP 503 response).
+    """
+
+    endpoint_id: str
+    fault: Fault
+    error: BaseException | None
+
+
+class Attempts:
+    """The attempts of one logical request (``lb._internals.attempts(...)``); iterate with ``async for``.
+
+    Args:
+        loop: the request's pure retry decision, on the balancer's budget (not started).
+        acquire: takes a permit avoiding the endpoints already tried (raises
+            :class:`SelectionError` when there is none).
+        classify: judges an attempt's exception.
+        now: reads the balancer's clock.
+        pool_size: how many endpoints the pool holds now (a request stops, without
+            spending budget, once it tried every one).
+        deadline: when the request's time ends on the balancer's clock, or None.
+        discard: releases a failed result the request will not answer with after all
+            (another attempt started), or None.
+    """
+
+    __slots__ = (
+        "_acquire",
+        "_classify",
+        "_deadline",
+        "_discard",
+        "_done",
+        "_error",
+        "_loop",
+        "_now",
+        "_pool_size",
+        "_result",
+        "_started",
+        "history",
+    )
+
+    def __init__(
+        self,
+        loop: RetryLoop,
+        *,
+        acquire: Callable[[Collection[str]], Permit],
+        classify: Classify,
+        now: Callable[[], float],
+        pool_size: Callable[[], int],
+        deadline: float | None = None,
+        discard: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._acquire = acquire
+        self._classify = classify
+        self._now = now
+        self._pool_size = pool_size
+        self._deadline = deadline
+        self._discard = discard
+        self._started = False
+        self._done = False
+        self._error: BaseException | None = None
+        self._result: Any = None
+        self.history: list[Attempt] = []
+        """Every failed attempt so far, oldest first."""
+
+    def __aiter__(self) -> Attempts:
+        return self
+
+    async def __anext__(self) -> AttemptScope:
+        if self._done:
+            raise StopAsyncIteration
+        attempt = self.next()
+        if attempt is None:
+            raise StopAsyncIteration
+        result, self._result = self._result, None
+        if result is not None and self._discard is not None:
+            await self._discard(result)  # another attempt started: the kept failure is not the answer
+        return attempt
+
+    def next(self) -> AttemptScope | None:
+        """Start the next attempt now: its permit, or None when the request is over.
+
+        The first attempt's :class:`SelectionError` propagates (there is nothing else to
+        answer with); a later one ends the request with the last outcome.
+        """
+        if self._done:
+            return None
+        loop = self._loop
+        if not self._started:
+            self._started = True
+            loop.start(self._now())
+        try:
+            permit = self._acquire(loop.exclude)
+        except SelectionError:
+            if not loop.attempts_made:
+                self._done = True
+                raise
+            self._done = True
+            return None
+        loop.attempt(permit.endpoint.id)
+        self._error = None
+        return AttemptScope(self, permit)
+
+    def time_left(self) -> float | None:
+        """Seconds before the request's deadline on the balancer's clock (None without one)."""
+        deadline = self._deadline
+        return None if deadline is None else deadline - self._now()
+
+    def outcome(self) -> Any:
+        """After the last attempt: the failed result kept as the answer, or raise the last error (annotated)."""
+        error = self._error
+        if error is not None:
+            self._error = None
+            self.annotate(error)
+            raise error
+        return self._result
+
+    def _judged(self, permit: Permit, verdict: Fault | Classification, error: BaseException | None) -> Next:
+        """Report ``verdict`` on ``permit`` and ask the retry loop what follows."""
+        if isinstance(verdict, Classification):
+            fault = verdict.fault
+            permit.fail(fault, retry_after=verdict.retry_after, overload=verdict.overload)
+        else:
+            fault = verdict
+            permit.fail(fault)
+        self.history.append(Attempt(endpoint_id=permit.endpoint.id, fault=fault, error=error))
+        next_step = self._loop.after_fault(fault, self._now(), pool_size=self._pool_size(), time_left=self.time_left())
+        if next_step is not Next.RETRY:
+            self._done = True
+        return next_step
+
+    def _judge(self, exc: Exception) -> Fault | Classification:
+        try:
+            verdict: object = self._classify(exc)
+        except Exception:  # noqa: BLE001 - a broken classifier must not lose the outcome
+            return Fault.SUSPECT
+        return verdict if isinstance(verdict, Fault | Classification) else Fault.SUSPECT
+
+    def annotate(self, exc: BaseException) -> None:
+        """Record every attempt on ``exc``: ``exc.poise_attempts`` and a note."""
+        attempts = tuple(self.history)
+        # An exception class with __slots__ cannot take the attribute; the note still says it.
+        with contextlib.suppress(AttributeError):
+            exc.poise_attempts = attempts  # type: ignore[attr-defined]
+        summary = ", ".join(f"{a.endpoint_id}: {a.fault.value}" for a in attempts)
+        exc.add_note(f"poise_py: {len(attempts)} attempt(s) [{summary}]")
+
+
+class AttemptScope:
+    """One try of a logical request around its own permit; ``async with attempt:`` judges how it ends."""
+
+    __slots__ = ("_attempts", "_detached", "permit")
+
+    def __init__(self, attempts: Attempts, permit: Permit) -> None:
+        self._attempts = attempts
+        self.permit = permit
+        self._detached = False
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The endpoint this attempt goes to."""
+        return self.permit.endpoint
+
+    def failed(
+        self, verdict: Fault | Classification, *, result: Any = None, error: BaseException | None = None
+    ) -> bool:
+        """Report a failure the body saw without raising (a 503 response); True when another attempt follows.
+
+        ``result`` is kept as the request's answer until the next attempt starts (the
+        driver's ``discard`` releases it then); ``error`` is raised by ``outcome()`` if no
+        attempt follows.
+        """
+        attempts = self._attempts
+        step = attempts._judged(self.permit, verdict, error)
+        attempts._result = result
+        attempts._error = error
+        return step is Next.RETRY
+
+    def detach(self) -> Permit:
+        """The permit outlives the block (a streamed body reports it later); the block leaves it alone."""
+        self._detached = True
+        return self.permit
+
+    async def __aenter__(self) -> AttemptScope:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        permit = self.permit
+        if self._detached or permit.done:
+            return False
+        if exc is None:
+            permit.succeed()
+            return False
+        if not isinstance(exc, Exception):
+            permit.cancel()  # a cancellation: neither a success nor a failure
+            return False
+        attempts = self._attempts
+        step = attempts._judged(permit, attempts._judge(exc), exc)
+        if step is Next.RETRY:
+            attempts._error = exc  # swallowed: the answer if no endpoint is left to retry on
+            return True
+        attempts.annotate(exc)
+        return False
