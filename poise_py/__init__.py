@@ -18,12 +18,6 @@ from ._coordination._config import Coordination as Coordination
 from ._coordination._config import CoordinationChange as CoordinationChange
 from ._coordination._config import CoordinationStatistics as CoordinationStatistics
 from ._coordination._memory import InMemoryStorage as InMemoryStorage
-from ._coordination._protocol import PROTOCOL_VERSION as PROTOCOL_VERSION
-from ._coordination._protocol import Changes as Changes
-from ._coordination._protocol import OpenWait as OpenWait
-from ._coordination._protocol import ProbeReport as ProbeReport
-from ._coordination._protocol import Reply as Reply
-from ._coordination._protocol import SharedState as SharedState
 from ._coordination._protocol import Storage as Storage
 from ._coordination._redis import RedisStorage as RedisStorage
 from ._core._budget import RetryBudget as RetryBudget
@@ -39,6 +33,9 @@ from ._core._concurrency import SlowStart as SlowStart
 from ._core._ejection import Backoff as Backoff
 from ._core._ejection import Escalation as Escalation
 from ._core._ejection import HardCap as HardCap
+from ._core._event_values import BalancerEvent as BalancerEvent
+from ._core._event_values import NoEligibleCleared as NoEligibleCleared
+from ._core._event_values import NoEligiblePersisting as NoEligiblePersisting
 from ._core._health_schedule import HealthCheck as HealthCheck
 from ._core._health_schedule import HealthSnapshot as HealthSnapshot
 from ._core._health_schedule import HealthStatus as HealthStatus
@@ -54,6 +51,12 @@ from ._core._selection import Random as Random
 from ._core._selection import RoundRobin as RoundRobin
 from ._core._selection import WeightedRandom as WeightedRandom
 from ._core._selection import WeightedRoundRobin as WeightedRoundRobin
+from ._core._shared import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ._core._shared import Changes as Changes
+from ._core._shared import OpenWait as OpenWait
+from ._core._shared import ProbeReport as ProbeReport
+from ._core._shared import Reply as Reply
+from ._core._shared import SharedState as SharedState
 from ._decision import Decision as Decision
 from ._decision import DecisionMode as DecisionMode
 from ._discovery import Delta as Delta
@@ -96,7 +99,6 @@ from ._errors import StaleRevision as StaleRevision
 from ._errors import UnknownIdentity as UnknownIdentity
 from ._errors import WeightOverflow as WeightOverflow
 from ._errors import WrongThread as WrongThread
-from ._events import BalancerEvent as BalancerEvent
 from ._events import CircuitClosed as CircuitClosed
 from ._events import CircuitHalfOpened as CircuitHalfOpened
 from ._events import CircuitOpened as CircuitOpened
@@ -108,8 +110,6 @@ from ._events import EndpointDegradationEnded as EndpointDegradationEnded
 from ._events import EndpointDegraded as EndpointDegraded
 from ._events import EndpointEjected as EndpointEjected
 from ._events import EndpointReadmitted as EndpointReadmitted
-from ._events import NoEligibleCleared as NoEligibleCleared
-from ._events import NoEligiblePersisting as NoEligiblePersisting
 from ._events import PanicEnded as PanicEnded
 from ._events import PanicStarted as PanicStarted
 from ._events import SlowStartBegan as SlowStartBegan

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import anyio
 
 from ._calls import CallObserver
-from ._classify import Classifier, default_classifier
+from ._classify import Classifier, classifier_problem, default_classifier
 from ._clock import Clock, backend_clock
 from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
@@ -694,23 +694,6 @@ def _policy_problem(policy: object) -> str:
                 return f"must be a selection policy instance, not the string {got}: write policy=poise.{cls}()"
     choices = ", ".join(f"poise.{cls}()" for cls in _POLICIES)
     return f"must be a selection policy instance, got {got}: write one of {choices}"
-
-
-def classifier_problem(classifier: object) -> str:
-    """Why ``classifier`` is refused (it is not callable), ending with the classifier to write."""
-    got = f"{classifier!r:.80}"
-    if isinstance(classifier, str):
-        name = classifier.strip().lower()
-        preset = "http" if name in ("http", "https", "httpx") else "grpc" if name in ("grpc", "grpc.aio") else None
-        if preset is not None:
-            return (
-                f"must be a function exception -> Fault, not the string {got}: "
-                f"write classifier=poise.classify.{preset}()"
-            )
-    return (
-        f"must be a function exception -> Fault, got {got}: write poise.default_classifier, "
-        "poise.classify.http(), poise.classify.grpc() or your own function"
-    )
 
 
 def _reread(read: Callable[[float], T], clock: Callable[[], float]) -> T:

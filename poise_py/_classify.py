@@ -64,3 +64,20 @@ def default_classifier(exc: BaseException) -> Fault | Classification:
 
 
 _TIMED_OUT = Classification(Fault.SUSPECT, overload=True)
+
+
+def classifier_problem(classifier: object) -> str:
+    """Why ``classifier`` is refused (it is not callable), ending with the classifier to write."""
+    got = f"{classifier!r:.80}"
+    if isinstance(classifier, str):
+        name = classifier.strip().lower()
+        preset = "http" if name in ("http", "https", "httpx") else "grpc" if name in ("grpc", "grpc.aio") else None
+        if preset is not None:
+            return (
+                f"must be a function exception -> Fault, not the string {got}: "
+                f"write classifier=poise.classify.{preset}()"
+            )
+    return (
+        f"must be a function exception -> Fault, got {got}: write poise.default_classifier, "
+        "poise.classify.http(), poise.classify.grpc() or your own function"
+    )

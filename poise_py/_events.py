@@ -8,6 +8,9 @@ An event's ``error`` and ``storage`` are text from outside (a storage's value, a
 discovery source's complaint): they are redacted and bounded as the event is made
 (:mod:`poise_py._redact`), so an event never holds a 4 MB message or a password however
 it is shown. Endpoint ids are left whole: they are the keys a program matches on.
+
+The base class and the no-eligible alert's two events are values the pure core makes,
+so they are defined in :mod:`poise_py._core._event_values` and exported from there.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from types import MappingProxyType
 import attrs
 
 from ._core._circuit import Cause, CircuitState
+from ._core._event_values import BalancerEvent
 from ._errors import DiscoveryError, IneligibleReason, SelectionError
 from ._redact import shown, shown_error
 
@@ -40,17 +44,6 @@ def _shown_selection_error(error: SelectionError) -> SelectionError:
 
 def _shown_text(text: str) -> str:
     return shown(text)
-
-
-@attrs.frozen(kw_only=True)
-class BalancerEvent:
-    """Base class of every event.
-
-    Attributes:
-        at: the balancer clock's reading when it happened.
-    """
-
-    at: float
 
 
 @attrs.frozen(kw_only=True)
@@ -231,37 +224,6 @@ class PanicEnded(BalancerEvent):
 
     tier: int | None
     healthy_share: float
-
-
-@attrs.frozen(kw_only=True)
-class NoEligiblePersisting(BalancerEvent):
-    """Selections have been failing for longer than ``no_eligible_alert_after``.
-
-    Not emitted for one empty result (at start-up, say): only when the condition lasts,
-    with no call succeeding meanwhile. Followed by :class:`NoEligibleCleared`.
-
-    Attributes:
-        since: when the first failed selection of this episode happened.
-        error: the last :class:`SelectionError` a caller got, its message redacted and bounded.
-        reasons: how many endpoints were ineligible for each reason, when ``error`` says.
-        total: how many endpoints the pool holds.
-    """
-
-    since: float
-    error: SelectionError = attrs.field(converter=_shown_selection_error)
-    reasons: Mapping[IneligibleReason, int] = attrs.field(factory=dict, converter=_frozen_reasons, eq=False, hash=False)
-    total: int
-
-
-@attrs.frozen(kw_only=True)
-class NoEligibleCleared(BalancerEvent):
-    """The episode a :class:`NoEligiblePersisting` reported is over: calls go through again.
-
-    Attributes:
-        since: when the episode began.
-    """
-
-    since: float
 
 
 @attrs.frozen(kw_only=True)

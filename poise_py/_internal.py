@@ -17,6 +17,14 @@ every retrying or simulating integration needs, so each does it the way ``lb.cal
   itself to the simulator, which drives it from its own event loop;
 - :meth:`run_timers`, for the simulator, which drives virtual time from a synchronous
   loop with no timer task between its events.
+
+The module also carries, as plain names, the few helpers the integrations share with the
+balancer so their errors read alike: the knob checks (``check_count``, ``check_number``,
+``check_duration``, ``is_number``, ``check_attempts``), the classifier's refusal text
+(``classifier_problem``), the optional-extra errors (``missing_extra``, ``require``), the
+bound on echoed text (``shown``, ``SHOWN_TEXT``), and the pure retry loop (``RetryLoop``,
+``Next``) the simulator drives. contrib and the simulator import only public modules and
+this one (``tests/shell/test_internals.py`` holds them to it).
 """
 
 from __future__ import annotations
@@ -26,18 +34,35 @@ from collections.abc import Awaitable, Callable, Collection, Hashable
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import Attempts, Classify
-from ._classify import Classifier
+from ._classify import Classifier, classifier_problem
 from ._core._budget import Budget
 from ._core._pool import Pool
-from ._core._retry import RetryLoop
+from ._core._retry import Next, RetryLoop, check_attempts
+from ._extras import missing_extra, require
 from ._faults import Classification, Fault
-from ._logs import LimitedLog
+from ._knobs import check_count, check_duration, check_number, is_number
+from ._logs import SHOWN_TEXT, LimitedLog
+from ._redact import shown
 from ._timer import Timer
 
 if TYPE_CHECKING:
     from ._permit import Permit
 
-__all__ = ["BalancerInternals"]
+__all__ = [
+    "SHOWN_TEXT",
+    "BalancerInternals",
+    "Next",
+    "RetryLoop",
+    "check_attempts",
+    "check_count",
+    "check_duration",
+    "check_number",
+    "classifier_problem",
+    "is_number",
+    "missing_extra",
+    "require",
+    "shown",
+]
 
 
 class BalancerInternals:

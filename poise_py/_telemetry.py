@@ -36,6 +36,7 @@ import anyio
 
 from ._core._alert import NoEligibleAlert
 from ._core._circuit import CircuitState, Transition
+from ._core._event_values import BalancerEvent, NoEligibleCleared, NoEligiblePersisting
 from ._core._health_schedule import HealthStatus
 from ._core._pool import Pool
 from ._core._record import FAULT_INDEX, MODE_INDEX, EndpointState
@@ -43,7 +44,6 @@ from ._core._tally import SATURATED
 from ._decision import DecisionMode
 from ._errors import ConfigError, SelectionError
 from ._events import (
-    BalancerEvent,
     CircuitClosed,
     CircuitHalfOpened,
     CircuitOpened,
@@ -54,8 +54,6 @@ from ._events import (
     EndpointDegraded,
     EndpointEjected,
     EndpointReadmitted,
-    NoEligibleCleared,
-    NoEligiblePersisting,
     PanicEnded,
     PanicStarted,
 )

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .._errors import IneligibleReason, NoEligibleEndpoints, SelectionError
-from .._events import BalancerEvent, NoEligibleCleared, NoEligiblePersisting
+from ._event_values import BalancerEvent, NoEligibleCleared, NoEligiblePersisting
 
 
 class PoolView(Protocol):

@@ -63,7 +63,6 @@ from typing import cast
 
 import attrs
 
-from .._coordination._protocol import CLOCK_SLACK, Changes, OpenWait, ProbeReport, Reply, SharedState
 from ._circuit import Cause, CircuitState, Transition
 from ._circuit_policy import CircuitPolicy
 from ._ejection import Escalation
@@ -86,6 +85,7 @@ from ._fleet_actions import (
 )
 from ._pool import Pool
 from ._record import EndpointState, sat_add
+from ._shared import CLOCK_SLACK, Changes, OpenWait, ProbeReport, Reply, SharedState
 
 _C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
 _LOCAL_ONLY = frozenset({CircuitState.BLOCKED, CircuitState.RETIRED})

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import attrs
 
-from .._coordination._protocol import OpenWait, ProbeReport
+from ._shared import OpenWait, ProbeReport
 
 # -- operations: what the shell performs on the storage ---------------------------------
 

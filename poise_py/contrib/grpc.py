@@ -37,7 +37,7 @@ import asyncio
 from collections.abc import AsyncIterable, Callable, Collection, Hashable, Iterable
 from typing import Any
 
-from .._extras import missing_extra
+from .._internal import missing_extra
 
 try:
     import grpc
@@ -45,14 +45,9 @@ try:
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess by the packaging test
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.grpc", "grpc"), name=_missing.name) from None
 
+from .. import Classification, Classifier, ConfigError, Endpoint, Fault, LoadBalancer, Permit
 from .. import classify as _classify
-from .._balancer import LoadBalancer, classifier_problem
-from .._classify import Classifier
-from .._core._retry import check_attempts
-from .._endpoint import Endpoint
-from .._errors import ConfigError
-from .._faults import Classification, Fault
-from .._permit import Permit
+from .._internal import check_attempts, classifier_problem
 
 __all__ = ["AsyncioOnlyError", "BalancedChannel", "ChannelFactory", "GrpcEndpoint", "endpoint_target"]
 

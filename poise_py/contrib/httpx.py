@@ -46,21 +46,16 @@ from typing import Any
 
 import anyio
 
-from .._extras import missing_extra
+from .._internal import missing_extra
 
 try:
     import httpx
 except ImportError:
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.httpx", "httpx"), name="httpx") from None
 
+from .. import Classification, Classifier, ConfigError, Endpoint, Fault, LoadBalancer, Permit
 from .. import classify as _classify
-from .._balancer import LoadBalancer, classifier_problem
-from .._classify import Classifier
-from .._core._retry import check_attempts
-from .._endpoint import Endpoint
-from .._errors import ConfigError
-from .._faults import Classification, Fault
-from .._permit import Permit
+from .._internal import check_attempts, classifier_problem
 
 __all__ = ["ALLOW_HTTP_DOWNGRADE", "IDEMPOTENT_METHODS", "PoiseTransport", "balanced_client", "endpoint_url"]
 

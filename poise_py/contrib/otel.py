@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from .._extras import missing_extra
+from .._internal import missing_extra
 
 try:
     from opentelemetry import metrics
@@ -40,13 +40,16 @@ try:
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess by the tests
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.otel", "otel"), name=_missing.name) from None
 
-from .._balancer import LoadBalancer
-from .._calls import CallEnded
-from .._core._circuit import CircuitState
-from .._endpoint import Endpoint
-from .._snapshot import EndpointSnapshot, PoolSnapshot
-from .._statistics import BalancerStatistics
-from .._version import VERSION
+from .. import (
+    BalancerStatistics,
+    CallEnded,
+    CircuitState,
+    Endpoint,
+    EndpointSnapshot,
+    LoadBalancer,
+    PoolSnapshot,
+    __version__,
+)
 
 __all__ = [
     "CIRCUIT_STATE",
@@ -414,7 +417,7 @@ def instrument(
         The :class:`Instrumentation`; call ``close()`` to stop reporting.
     """
     provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
-    meter = provider.get_meter(meter_name, VERSION)
+    meter = provider.get_meter(meter_name, __version__)
     names = (
         "poise.call.duration",
         "poise.calls",

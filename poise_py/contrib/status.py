@@ -43,15 +43,8 @@ import anyio
 import attrs
 from anyio.abc import TaskStatus
 
-from .._balancer import LoadBalancer
-from .._errors import ConfigError
-from .._events import BalancerEvent
-from .._extras import require
-from .._knobs import check_count, check_duration
-from .._logs import SHOWN_TEXT
-from .._redact import shown
-from .._snapshot import EndpointSnapshot
-from .._statistics import BalancerStatistics
+from .. import BalancerEvent, BalancerStatistics, ConfigError, EndpointSnapshot, LoadBalancer
+from .._internal import SHOWN_TEXT, check_count, check_duration, require, shown
 
 Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]

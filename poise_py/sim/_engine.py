@@ -34,24 +34,33 @@ from collections.abc import AsyncIterable, Callable, Collection, Sequence
 import anyio
 import attrs
 
-from .._balancer import LoadBalancer
-from .._classify import Classifier
-from .._coordination._config import Coordination
-from .._coordination._memory import InMemoryStorage
-from .._core._budget import RetryBudget
-from .._core._circuit import CircuitState
-from .._core._circuit_policy import CircuitPolicy
-from .._core._retry import Next, RetryLoop
-from .._core._selection import Policy
-from .._discovery import Delta, Snapshot, StaticDiscovery, Update
-from .._discovery._publisher import DiscoveryPublisher
-from .._endpoint import Endpoint
-from .._errors import ConfigError, NoEligibleEndpoints, SelectionError
-from .._events import BalancerEvent, CircuitClosed, CircuitOpened, EndpointEjected
-from .._faults import Fault
-from .._knobs import check_count, check_number
-from .._permit import Permit
-from .._snapshot import EndpointSnapshot
+from .. import (
+    BalancerEvent,
+    CircuitClosed,
+    CircuitOpened,
+    CircuitPolicy,
+    CircuitState,
+    Classifier,
+    ConfigError,
+    Coordination,
+    Delta,
+    DiscoveryPublisher,
+    Endpoint,
+    EndpointEjected,
+    EndpointSnapshot,
+    Fault,
+    InMemoryStorage,
+    LoadBalancer,
+    NoEligibleEndpoints,
+    Permit,
+    Policy,
+    RetryBudget,
+    SelectionError,
+    Snapshot,
+    StaticDiscovery,
+    Update,
+)
+from .._internal import Next, RetryLoop, check_count, check_number
 from ._models import EndpointModel
 from ._observe import Client, Observation, Observer, Refused, Throttled, Timeout
 from ._station import Admission, Station

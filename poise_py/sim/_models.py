@@ -21,9 +21,8 @@ from statistics import NormalDist
 
 import attrs
 
-from .._errors import ConfigError
-from .._faults import Fault
-from .._knobs import check_count
+from .. import ConfigError, Fault
+from .._internal import check_count
 from ._observe import GrpcStatus, HttpStatus, Observation, Overloaded, Refused, Stated, Throttled, Timeout
 
 _PERMANENT_GRPC = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})

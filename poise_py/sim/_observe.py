@@ -21,10 +21,8 @@ from typing import TypeAlias
 
 import attrs
 
+from .. import Classifier, ConfigError, Fault, FaultError, default_classifier
 from .. import classify as presets
-from .._classify import Classifier, FaultError, default_classifier
-from .._errors import ConfigError
-from .._faults import Fault
 
 _ADDRESS = "http://endpoint.invalid/"
 

@@ -73,10 +73,8 @@ import attrs
 
 import poise_py as poise
 
-from .._core._selection import Policy
-from .._errors import ConfigError
-from .._faults import Fault
-from .._knobs import is_number
+from .. import ConfigError, Fault, Policy
+from .._internal import is_number
 from ._engine import Configuration, DiscoverySpec, Fleet, Reporting, Traffic
 from ._models import MAX_CAPACITY, EndpointModel, Flap, Latency, Phase, Quota, RateLimit, Warmup
 from ._observe import (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -55,4 +56,55 @@ def test_the_private_read_pattern_catches_a_reach_into_the_pool() -> None:
         "_pool",
         "_budget",
         "_internals",
+    ]
+
+
+PUBLIC_MODULES = frozenset(
+    {"poise_py", "poise_py.classify", "poise_py.probes", "poise_py.cli", "poise_py.sim", "poise_py._internal"}
+)
+"""What contrib and the simulator may import from the rest of poise_py: the public modules
+and the one internal interface (each subpackage's own modules are its business)."""
+
+
+def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
+    """Every poise_py module ``source`` (a module of ``package``) imports, with its line."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = parts[: len(parts) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.append((node.lineno, module))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+    return [(n, m) for n, m in found if m == "poise_py" or m.startswith("poise_py.")]
+
+
+def outside_reaches(source: str, name: str) -> list[str]:
+    """The imports of module ``name`` (``contrib/httpx.py``) that leave its subpackage for a private module."""
+    package = "poise_py." + name.split("/", maxsplit=1)[0]  # poise_py.contrib, poise_py.sim
+    return [
+        f"{name}:{n}: {module}"
+        for n, module in imported_modules(source, package)
+        if module not in PUBLIC_MODULES and not module.startswith(package)
+    ]
+
+
+def test_contrib_and_the_simulator_import_only_public_modules_and_the_one_internal_interface() -> None:
+    paths = sorted([*PACKAGE.glob("contrib/*.py"), *PACKAGE.glob("sim/*.py")])
+    assert len(paths) > 8
+    found = [
+        reach for path in paths for reach in outside_reaches(path.read_text(), path.relative_to(PACKAGE).as_posix())
+    ]
+    assert not found, found
+
+
+def test_the_import_rule_sees_a_private_import() -> None:
+    source = "from .._core._pool import Pool\nfrom .. import LoadBalancer\nfrom .._internal import shown\n"
+    assert outside_reaches(source, "contrib/x.py") == ["contrib/x.py:1: poise_py._core._pool"]
+    assert outside_reaches("from ._engine import Engine\nimport poise_py._snapshot\n", "sim/x.py") == [
+        "sim/x.py:2: poise_py._snapshot"
     ]
