@@ -449,6 +449,7 @@ class Pool:
         if control is not None and control.ramp_since is not None:
             control.ramp_since = None
             self.load.ramping.pop(state, None)
+            self._reclock()
             self.listener.ramp(state, started=False)
 
     def ramp_factor(self, state: EndpointState, now: float) -> float:
@@ -707,7 +708,7 @@ class Pool:
             if state is None or (state.live and state.circuit.epoch == epoch):
                 return deadlines[0][0]
             heapq.heappop(deadlines)
-        self.clocked = self.timed
+        self._reclock()
         return None
 
     def handle_timer(self, now: float) -> None:
@@ -721,7 +722,11 @@ class Pool:
                 transition = state.circuit.handle_timer(now)
                 if transition is not None:
                     self._moved(state, transition)
-        self.clocked = self.timed or bool(deadlines)
+        self._reclock()
+
+    def _reclock(self) -> None:
+        """Say whether :meth:`select` needs a real ``now``: calls are timed, a deadline pends, or a ramp runs."""
+        self.clocked = self.timed or bool(self._deadlines) or bool(self.load.ramping)
 
     def set_admin(self, endpoint_id: str, status: AdminStatus, now: float = 0.0) -> EndpointState:
         """Set an operator status; raises KeyError for an unknown id.

@@ -304,6 +304,14 @@ def test_an_endpoint_readmitted_after_an_ejection_ramps_up_again() -> None:
     assert heard.ramps == [("a", True)]
     assert pool.ramp_factor(state, 6.1) == pytest.approx(0.1)
     assert share_of(pool, "a", 7.0) < 0.15
+    # The timer's next look finds no deadline left; the ramp still needs the time, so the
+    # shell must keep passing it (before: the pool said it did not, every pick got 0.0, and
+    # the ramp stayed at its floor for ever).
+    assert pool.next_deadline() is None
+    assert pool.clocked
+    assert share_of(pool, "a", 40.0) > 0.4  # past its window: a full share again
+    assert heard.ramps == [("a", True), ("a", False)]
+    assert not pool.clocked  # nothing ramps, nothing is pending, nothing is timed
 
 
 def test_slow_start_alone_never_refuses_a_call() -> None:
