@@ -38,10 +38,10 @@ same outcomes, so that when the two disagree it is the simulator that is wrong:
   retry decision.
 - **Outcomes**, defined as the simulator's ``RunResult``: success (a 2xx after retries),
   goodput, p50/p99/p99.9 of every request's latency from its scheduled arrival to its
-  outcome (a timeout when the client gave up), p99 of successes, extra load (attempts
-  per request - 1), each endpoint's share of attempts and peak queue; besides, the
-  client's CPU seconds and the generator's lag, with a warning when the generator and
-  not the pool is the bottleneck.
+  outcome (a timeout when the client gave up), p99 of successes, extra load (retries
+  per request; a request shed before any attempt adds none), each endpoint's share of
+  attempts and peak queue; besides, the client's CPU seconds and the generator's lag,
+  with a warning when the generator and not the pool is the bottleneck.
 
 Only scenarios the backends can serve are accepted: an HTTP client, a static pool, and
 failures that are HTTP statuses (an endpoint without a capacity serves every call at once,
@@ -194,6 +194,7 @@ class LabResult:
     all_latencies_p999: float | None
     latencies_p99: float | None
     backend_calls: int
+    attempted: int
     endpoint_ids: tuple[str, ...]
     endpoint_calls: tuple[int, ...]
     peak_queues: tuple[int, ...]
@@ -215,8 +216,8 @@ class LabResult:
 
     @property
     def extra_load(self) -> float:
-        """Attempts per request minus one."""
-        return self.backend_calls / self.requests - 1 if self.requests else 0.0
+        """Retries per request, as the simulator's: a request that made no attempt adds nothing."""
+        return (self.backend_calls - self.attempted) / self.requests if self.requests else 0.0
 
     @property
     def shares(self) -> tuple[float, ...]:
@@ -438,6 +439,8 @@ class _Tape:
     ok_latencies: list[float] = attrs.field(factory=list)
     lags: list[float] = attrs.field(factory=list)
     last_start: float = 0.0
+    unattempted: int = 0
+    """Requests that found no endpoint at all (shed with ``Overloaded``, say): no attempt made."""
 
 
 async def _one(client: httpx.AsyncClient, when: float, draws: tuple[float, ...], tape: _Tape) -> None:
@@ -448,8 +451,10 @@ async def _one(client: httpx.AsyncClient, when: float, draws: tuple[float, ...],
     try:
         response = await client.get("/", extensions={"poise_lab": _Draws(draws)})
         ok = response.is_success
-    except (httpx.HTTPError, poise.SelectionError):
-        pass  # a timeout, a reset, nothing eligible: the request failed, now
+    except httpx.HTTPError:
+        pass  # a timeout, a reset: the request failed, now
+    except poise.SelectionError:
+        tape.unattempted += 1  # nothing eligible for its first attempt (a retry ends on the last answer)
     latency = time.monotonic() - when
     tape.latencies.append(latency)
     if ok:
@@ -535,6 +540,7 @@ async def _run_configuration(
         all_latencies_p999=sim.percentile(every, 0.999),
         latencies_p99=sim.percentile(ok, 0.99),
         backend_calls=sum(tally.calls),
+        attempted=len(plan) - tape.unattempted,
         endpoint_ids=tuple(m.id for m in models),
         endpoint_calls=tuple(tally.calls),
         peak_queues=peaks,
@@ -688,7 +694,7 @@ COLUMNS = (
 LEGEND = (
     "success: requests with a 2xx after retries; goodput: successes per second; p50, p99, p99.9: latency of every "
     "request from its scheduled arrival to its outcome (a timeout when the client gave up); ok p99: of successes; "
-    "extra load: attempts per request - 1; peak queue: the longest any backend's queue grew; CPU s: the client "
+    "extra load: retries per request; peak queue: the longest any backend's queue grew; CPU s: the client "
     "process's CPU seconds."
 )
 

@@ -98,3 +98,28 @@ def test_the_lab_agrees_with_the_simulator() -> None:
         lab |= {r.configuration: r for r in run_lab(scenario, duration=DURATION, configurations=starved)}
         disagreements = _disagreements(lab, simulated)
     assert not disagreements, "\n".join([*(what for what, _ in disagreements), _side_by_side(lab, simulated)])
+
+
+def test_the_labs_extra_load_counts_retries_as_the_simulators_does() -> None:
+    # Ten requests: four shed before any attempt (Overloaded), six attempted, one retried.
+    shed = LabResult(
+        configuration="x",
+        duration=1.0,
+        requests=10,
+        successes=6,
+        all_latencies_p50=None,
+        all_latencies_p99=None,
+        all_latencies_p999=None,
+        latencies_p99=None,
+        backend_calls=7,
+        attempted=6,
+        endpoint_ids=("a",),
+        endpoint_calls=(7,),
+        peak_queues=(0,),
+        cpu_seconds=0.0,
+        lag_p99=None,
+        on_time=1.0,
+        offered_rps=10.0,
+        achieved_rps=10.0,
+    )
+    assert shed.extra_load == 0.1  # (7 - 6) / 10; attempts per request - 1 read -0.3
