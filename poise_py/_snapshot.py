@@ -8,8 +8,8 @@ from types import MappingProxyType
 import attrs
 
 from ._core._circuit import CircuitState
-from ._core._concurrency import UNLIMITED
 from ._core._health_schedule import HealthSnapshot
+from ._core._limits import UNLIMITED
 from ._core._pool import Pool
 from ._core._record import FAULT_INDEX, MODE_INDEX, EndpointState
 from ._core._routing import TRAFFIC_UNITS

@@ -25,23 +25,23 @@ endpoint when it completed (itself included), and whether it was a drop. A cance
 call is not a sample. With ``window`` > 1 both update once per ``window`` completed calls,
 from their mean latency, the most calls in flight and whether any was a drop: Netflix's
 ``WindowedLimit``, which its examples put around every algorithm, counted in calls rather
-than seconds because this core has no clock (:class:`Window`). The running state
-(:class:`Limiter`) lives in the pool's :class:`LoadState`; this module is configuration
-and arithmetic, with no clock and no I/O.
+than seconds because this core has no clock (``_limits.Window``). This module is the
+configuration (interpreted in the compiled build, as every public attrs class is) and the
+pool's :class:`LoadState`; each configuration's ``limiter()`` makes the running limit,
+whose arithmetic runs on every completed call and lives in :mod:`poise_py._core._limits`
+(compiled) with each endpoint's :class:`~poise_py._core._limits.LoadControl`. No clock, no I/O.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar, Protocol
 
 import attrs
 
 from .._errors import ConfigError
 from .._knobs import check_count, check_duration, check_number, optional
+from ._limits import AIMDLimiter, Gradient2Limiter, LoadControl
 
-UNLIMITED = 1 << 62
-"""The limit of an endpoint without one (a count no pool reaches)."""
 MAX_LIMIT = 1 << 20
 """The largest limit a knob accepts."""
 MAX_WINDOW = 1 << 20
@@ -78,46 +78,6 @@ def _check_bounds(owner: str, initial: int, low: int, high: int) -> None:
         raise ConfigError(f"{owner}.initial_limit", f"must be in {span}, got {initial}")
 
 
-class Window:
-    """Completed calls gathered into one sample: Netflix's ``WindowedLimit`` (average sample window), in calls.
-
-    Netflix closes a window after a time (one second by default) once it holds at least
-    ten calls; the pure core has no clock, so a window here closes after ``size`` calls.
-    The sample it makes is their mean latency, the most calls that were in flight, and
-    whether any of them was a drop.
-    """
-
-    size: int
-    _count: int
-    _drop: bool
-    _in_flight: int
-    _total: float
-
-    __slots__ = ("_count", "_drop", "_in_flight", "_total", "size")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._count = 0
-        self._total = 0.0
-        self._in_flight = 0
-        self._drop = False
-
-    def add(self, rtt: float, in_flight: int, *, drop: bool) -> tuple[float, int, bool] | None:
-        """Add a completed call; when the window is full, its sample (and the window starts again)."""
-        self._count += 1
-        self._total += rtt
-        self._in_flight = max(self._in_flight, in_flight)
-        self._drop = self._drop or drop
-        if self._count < self.size:
-            return None
-        window = (self._total / self._count, self._in_flight, self._drop)
-        self._count = 0
-        self._total = 0.0
-        self._in_flight = 0
-        self._drop = False
-        return window
-
-
 @attrs.frozen(kw_only=True)
 class AIMD:
     """Additive increase, multiplicative decrease (Netflix's ``AIMDLimit``).
@@ -152,39 +112,14 @@ class AIMD:
 
     def limiter(self) -> AIMDLimiter:
         """A fresh running limit."""
-        return AIMDLimiter(self)
-
-
-class AIMDLimiter:
-    """One endpoint's :class:`AIMD` limit."""
-
-    limit: int
-    _config: AIMD
-    _window: Window | None
-
-    __slots__ = ("_config", "_window", "limit")
-
-    def __init__(self, config: AIMD) -> None:
-        self._config = config
-        self._window = Window(config.window) if config.window > 1 else None
-        self.limit = config.initial_limit
-
-    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
-        """``AIMDLimit._update``: decrease on a drop (or a call over ``timeout``), else grow by one if used."""
-        if self._window is not None:
-            window = self._window.add(rtt, in_flight, drop=drop)
-            if window is None:
-                return self.limit
-            rtt, in_flight, drop = window
-        config = self._config
-        limit = self.limit
-        timeout = config.timeout
-        if drop or (timeout is not None and rtt > timeout):
-            limit = int(limit * config.backoff_ratio)
-        elif in_flight * 2 >= limit:
-            limit += 1
-        self.limit = min(config.max_limit, max(config.min_limit, limit))
-        return self.limit
+        return AIMDLimiter(
+            initial_limit=self.initial_limit,
+            min_limit=self.min_limit,
+            max_limit=self.max_limit,
+            backoff_ratio=self.backoff_ratio,
+            timeout=self.timeout,
+            window=self.window,
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -224,85 +159,16 @@ class Gradient2:
 
     def limiter(self) -> Gradient2Limiter:
         """A fresh running limit."""
-        return Gradient2Limiter(self)
-
-
-class ExpAverage:
-    """Netflix's ``ExpAvgMeasurement``: a mean of the first ``warmup`` samples, then an EMA over ``window``."""
-
-    value: float
-    _count: int
-    _factor: float
-    _sum: float
-    _warmup: int
-
-    __slots__ = ("_count", "_factor", "_sum", "_warmup", "value")
-
-    def __init__(self, window: int, warmup: int = 10) -> None:
-        self._factor = 2.0 / (window + 1)
-        self._warmup = warmup
-        self._count = 0
-        self._sum = 0.0
-        self.value = 0.0
-
-    def add(self, sample: float) -> float:
-        """Add a sample; return the average."""
-        if self._count < self._warmup:
-            self._count += 1
-            self._sum += sample
-            self.value = self._sum / self._count
-        else:
-            factor = self._factor
-            self.value = self.value * (1 - factor) + sample * factor
-        return self.value
-
-
-class Gradient2Limiter:
-    """One endpoint's :class:`Gradient2` limit (kept as a float, read as a whole number)."""
-
-    estimate: float
-    limit: int
-    _config: Gradient2
-    _long: ExpAverage
-    _window: Window | None
-
-    __slots__ = ("_config", "_long", "_window", "estimate", "limit")
-
-    def __init__(self, config: Gradient2) -> None:
-        self._config = config
-        self._long = ExpAverage(config.long_window)
-        self._window = Window(config.window) if config.window > 1 else None
-        self.estimate = float(config.initial_limit)
-        """The estimated limit, unrounded."""
-        self.limit = config.initial_limit
-
-    @property
-    def long_rtt(self) -> float:
-        """The long-term average latency (0.0 before any sample)."""
-        return self._long.value
-
-    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
-        """``Gradient2Limit._update`` (a drop is a sample like any other: its latency speaks)."""
-        if self._window is not None:
-            window = self._window.add(rtt, in_flight, drop=drop)
-            if window is None:
-                return self.limit
-            rtt, in_flight, _ = window
-        del drop  # Gradient2 reads latency only; a timeout's latency is its deadline
-        config = self._config
-        short = max(rtt, 1e-9)
-        long = self._long.add(short)
-        if long / short > 2:
-            self._long.value = long * 0.95
-        estimate = self.estimate
-        if in_flight < estimate / 2:
-            return self.limit
-        gradient = max(0.5, min(1.0, config.rtt_tolerance * long / short))
-        new = estimate * gradient + config.queue_size
-        new = estimate * (1 - config.smoothing) + new * config.smoothing
-        self.estimate = max(float(config.min_limit), min(float(config.max_limit), new))
-        self.limit = max(1, math.floor(self.estimate))
-        return self.limit
+        return Gradient2Limiter(
+            initial_limit=self.initial_limit,
+            min_limit=self.min_limit,
+            max_limit=self.max_limit,
+            smoothing=self.smoothing,
+            rtt_tolerance=self.rtt_tolerance,
+            long_window=self.long_window,
+            queue_size=self.queue_size,
+            window=self.window,
+        )
 
 
 @attrs.frozen
@@ -430,48 +296,3 @@ class LoadState:
         self.recallable = {}
         self.recalls = {}
         self.shared_faults = 0
-
-
-class LoadControl:
-    """One endpoint's load state, kept beside its record (only while a load knob is on).
-
-    Attributes:
-        cap: the fixed cap (its metadata's ``max_in_flight``, else the balancer's), or
-            :data:`UNLIMITED`.
-        limiter: its adaptive limit, or None.
-        limit: the lesser of the cap and the adaptive limit: it is not a candidate while
-            this many calls are in flight.
-        ramp_since: when its slow start began, or None when it is not ramping.
-        reported: the limit last reported as an event.
-    """
-
-    cap: int
-    limit: int
-    limiter: AIMDLimiter | Gradient2Limiter | None
-    ramp_since: float | None
-    reported: int
-
-    __slots__ = ("cap", "limit", "limiter", "ramp_since", "reported")
-
-    def __init__(self, cap: int, limiter: AIMDLimiter | Gradient2Limiter | None) -> None:
-        self.cap = cap
-        self.limiter = limiter
-        self.limit = cap if limiter is None else min(cap, limiter.limit)
-        self.ramp_since = None
-        self.reported = self.limit
-        """The limit last reported as an event (telemetry's bookkeeping)."""
-
-    def recap(self, cap: int) -> None:
-        """Take a new fixed cap (an endpoint's metadata changed)."""
-        self.cap = cap
-        limiter = self.limiter
-        self.limit = cap if limiter is None else min(cap, limiter.limit)
-
-    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int | None:
-        """Feed a completed call to the adaptive limit; the new limit if it changed, else None."""
-        limiter = self.limiter
-        if limiter is None:
-            return None
-        before = self.limit
-        self.limit = min(self.cap, limiter.sample(rtt, in_flight, drop=drop))
-        return self.limit if self.limit != before else None

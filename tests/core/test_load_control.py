@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import poise_py as poise
-from poise_py._core._concurrency import AIMDLimiter, ExpAverage, Gradient2Limiter, LoadPolicy
+from poise_py._core._concurrency import LoadPolicy
+from poise_py._core._limits import ExpAverage
 from poise_py._core._listener import NullListener
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
@@ -52,7 +53,7 @@ def pool_of(
 
 
 def test_aimd_backs_off_multiplicatively_on_a_drop_and_grows_by_one_only_while_used() -> None:
-    limiter = AIMDLimiter(poise.AIMD(initial_limit=10, min_limit=2, max_limit=12, backoff_ratio=0.9))
+    limiter = poise.AIMD(initial_limit=10, min_limit=2, max_limit=12, backoff_ratio=0.9).limiter()
     assert limiter.sample(0.1, 5, drop=False) == 11  # 5 * 2 >= 10: used, grows by one
     assert limiter.sample(0.1, 4, drop=False) == 11  # 4 * 2 < 11: not used, stays
     assert limiter.sample(0.1, 11, drop=True) == 9  # int(11 * 0.9)
@@ -66,7 +67,7 @@ def test_aimd_backs_off_multiplicatively_on_a_drop_and_grows_by_one_only_while_u
 
 
 def test_aimd_counts_a_call_slower_than_its_timeout_as_a_drop() -> None:
-    limiter = AIMDLimiter(poise.AIMD(initial_limit=10, timeout=0.5))
+    limiter = poise.AIMD(initial_limit=10, timeout=0.5).limiter()
     assert limiter.sample(0.6, 10, drop=False) == 9
     assert limiter.sample(0.4, 10, drop=False) == 10
 
@@ -81,7 +82,7 @@ def test_netflix_exponential_average_is_a_plain_mean_for_ten_samples_then_an_ema
 
 def test_gradient2_follows_netflix_update_step_by_step() -> None:
     config = poise.Gradient2(initial_limit=20, smoothing=0.2, rtt_tolerance=1.5, queue_size=4)
-    limiter = Gradient2Limiter(config)
+    limiter = config.limiter()
     # First sample: long = short = 0.1; gradient = min(1, 1.5) = 1; new = 20 + 4; smoothed 20.8.
     assert limiter.sample(0.1, 20, drop=False) == 20
     assert limiter.estimate == pytest.approx(20 * 0.8 + 24 * 0.2)
@@ -98,13 +99,13 @@ def test_gradient2_follows_netflix_update_step_by_step() -> None:
 
 
 def test_gradient2_does_not_move_while_less_than_half_its_limit_is_used() -> None:
-    limiter = Gradient2Limiter(poise.Gradient2(initial_limit=20))
+    limiter = poise.Gradient2(initial_limit=20).limiter()
     limiter.sample(0.1, 9, drop=False)
     assert limiter.estimate == 20.0
 
 
 def test_gradient2_pulls_the_long_average_down_when_it_is_twice_the_latest_call() -> None:
-    limiter = Gradient2Limiter(poise.Gradient2(initial_limit=20))
+    limiter = poise.Gradient2(initial_limit=20).limiter()
     limiter.sample(1.0, 20, drop=False)
     limiter.sample(0.1, 20, drop=False)  # long = 0.55 > 2 * 0.1: pulled down by 5%
     assert limiter.long_rtt == pytest.approx(0.55 * 0.95)

@@ -1,0 +1,245 @@
+"""Running load state (pure core, compiled): adaptive limiters, each endpoint's limit and ramp.
+
+The configuration users build (:class:`~poise_py.AIMD`, :class:`~poise_py.Gradient2`,
+:class:`~poise_py.SlowStart`...) lives in :mod:`poise_py._core._concurrency` and stays
+interpreted; what it makes runs here, on every completed call while an adaptive limit is
+on: :class:`AIMDLimiter` and :class:`Gradient2Limiter` (Netflix's ``AIMDLimit`` and
+``Gradient2Limit`` updates, their formulas as published), the call-counted
+:class:`Window`, one endpoint's :class:`LoadControl`, and the pool's :class:`LoadState`.
+No clock and no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+
+UNLIMITED = 1 << 62
+"""The limit of an endpoint without one (a count no pool reaches)."""
+
+
+class Window:
+    """Completed calls gathered into one sample: Netflix's ``WindowedLimit`` (average sample window), in calls.
+
+    Netflix closes a window after a time (one second by default) once it holds at least
+    ten calls; the pure core has no clock, so a window here closes after ``size`` calls.
+    The sample it makes is their mean latency, the most calls that were in flight, and
+    whether any of them was a drop.
+    """
+
+    size: int
+    _count: int
+    _drop: bool
+    _in_flight: int
+    _total: float
+
+    __slots__ = ("_count", "_drop", "_in_flight", "_total", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._count = 0
+        self._total = 0.0
+        self._in_flight = 0
+        self._drop = False
+
+    def add(self, rtt: float, in_flight: int, *, drop: bool) -> tuple[float, int, bool] | None:
+        """Add a completed call; when the window is full, its sample (and the window starts again)."""
+        self._count += 1
+        self._total += rtt
+        self._in_flight = max(self._in_flight, in_flight)
+        self._drop = self._drop or drop
+        if self._count < self.size:
+            return None
+        window = (self._total / self._count, self._in_flight, self._drop)
+        self._count = 0
+        self._total = 0.0
+        self._in_flight = 0
+        self._drop = False
+        return window
+
+
+class AIMDLimiter:
+    """One endpoint's ``AIMD`` limit (the knobs copied in: read on every completed call)."""
+
+    limit: int
+    _min: int
+    _max: int
+    _backoff: float
+    _timeout: float | None
+    _window: Window | None
+
+    __slots__ = ("_backoff", "_max", "_min", "_timeout", "_window", "limit")
+
+    def __init__(
+        self,
+        *,
+        initial_limit: int,
+        min_limit: int,
+        max_limit: int,
+        backoff_ratio: float,
+        timeout: float | None,
+        window: int,
+    ) -> None:
+        self._min = min_limit
+        self._max = max_limit
+        self._backoff = backoff_ratio
+        self._timeout = timeout
+        self._window = Window(window) if window > 1 else None
+        self.limit = initial_limit
+
+    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
+        """``AIMDLimit._update``: decrease on a drop (or a call over ``timeout``), else grow by one if used."""
+        if self._window is not None:
+            window = self._window.add(rtt, in_flight, drop=drop)
+            if window is None:
+                return self.limit
+            rtt, in_flight, drop = window
+        limit = self.limit
+        timeout = self._timeout
+        if drop or (timeout is not None and rtt > timeout):
+            limit = int(limit * self._backoff)
+        elif in_flight * 2 >= limit:
+            limit += 1
+        self.limit = min(self._max, max(self._min, limit))
+        return self.limit
+
+
+class ExpAverage:
+    """Netflix's ``ExpAvgMeasurement``: a mean of the first ``warmup`` samples, then an EMA over ``window``."""
+
+    value: float
+    _count: int
+    _factor: float
+    _sum: float
+    _warmup: int
+
+    __slots__ = ("_count", "_factor", "_sum", "_warmup", "value")
+
+    def __init__(self, window: int, warmup: int = 10) -> None:
+        self._factor = 2.0 / (window + 1)
+        self._warmup = warmup
+        self._count = 0
+        self._sum = 0.0
+        self.value = 0.0
+
+    def add(self, sample: float) -> float:
+        """Add a sample; return the average."""
+        if self._count < self._warmup:
+            self._count += 1
+            self._sum += sample
+            self.value = self._sum / self._count
+        else:
+            factor = self._factor
+            self.value = self.value * (1 - factor) + sample * factor
+        return self.value
+
+
+class Gradient2Limiter:
+    """One endpoint's ``Gradient2`` limit (kept as a float, read as a whole number; the knobs copied in)."""
+
+    estimate: float
+    limit: int
+    _min: float
+    _max: float
+    _tolerance: float
+    _queue: float
+    _smoothing: float
+    _long: ExpAverage
+    _window: Window | None
+
+    __slots__ = ("_long", "_max", "_min", "_queue", "_smoothing", "_tolerance", "_window", "estimate", "limit")
+
+    def __init__(
+        self,
+        *,
+        initial_limit: int,
+        min_limit: int,
+        max_limit: int,
+        smoothing: float,
+        rtt_tolerance: float,
+        long_window: int,
+        queue_size: float,
+        window: int,
+    ) -> None:
+        self._min = float(min_limit)
+        self._max = float(max_limit)
+        self._tolerance = float(rtt_tolerance)
+        self._queue = float(queue_size)
+        self._smoothing = float(smoothing)
+        self._long = ExpAverage(long_window)
+        self._window = Window(window) if window > 1 else None
+        self.estimate = float(initial_limit)
+        """The estimated limit, unrounded."""
+        self.limit = initial_limit
+
+    @property
+    def long_rtt(self) -> float:
+        """The long-term average latency (0.0 before any sample)."""
+        return self._long.value
+
+    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
+        """``Gradient2Limit._update`` (a drop is a sample like any other: its latency speaks)."""
+        if self._window is not None:
+            window = self._window.add(rtt, in_flight, drop=drop)
+            if window is None:
+                return self.limit
+            rtt, in_flight, _ = window
+        del drop  # Gradient2 reads latency only; a timeout's latency is its deadline
+        short = max(rtt, 1e-9)
+        long = self._long.add(short)
+        if long / short > 2:
+            self._long.value = long * 0.95
+        estimate = self.estimate
+        if in_flight < estimate / 2:
+            return self.limit
+        gradient = max(0.5, min(1.0, self._tolerance * long / short))
+        smoothing = self._smoothing
+        new = estimate * gradient + self._queue
+        new = estimate * (1 - smoothing) + new * smoothing
+        self.estimate = max(self._min, min(self._max, new))
+        self.limit = max(1, math.floor(self.estimate))
+        return self.limit
+
+
+class LoadControl:
+    """One endpoint's load state, kept beside its record (only while a load knob is on).
+
+    Attributes:
+        cap: the fixed cap (its metadata's ``max_in_flight``, else the balancer's), or
+            :data:`UNLIMITED`.
+        limiter: its adaptive limit, or None.
+        limit: the lesser of the cap and the adaptive limit: it is not a candidate while
+            this many calls are in flight.
+        ramp_since: when its slow start began, or None when it is not ramping.
+        reported: the limit last reported as an event.
+    """
+
+    cap: int
+    limit: int
+    limiter: AIMDLimiter | Gradient2Limiter | None
+    ramp_since: float | None
+    reported: int
+
+    __slots__ = ("cap", "limit", "limiter", "ramp_since", "reported")
+
+    def __init__(self, cap: int, limiter: AIMDLimiter | Gradient2Limiter | None) -> None:
+        self.cap = cap
+        self.limiter = limiter
+        self.limit = cap if limiter is None else min(cap, limiter.limit)
+        self.ramp_since = None
+        self.reported = self.limit
+        """The limit last reported as an event (telemetry's bookkeeping)."""
+
+    def recap(self, cap: int) -> None:
+        """Take a new fixed cap (an endpoint's metadata changed)."""
+        self.cap = cap
+        limiter = self.limiter
+        self.limit = cap if limiter is None else min(cap, limiter.limit)
+
+    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int | None:
+        """Feed a completed call to the adaptive limit; the new limit if it changed, else None."""
+        limiter = self.limiter
+        if limiter is None:
+            return None
+        before = self.limit
+        self.limit = min(self.cap, limiter.sample(rtt, in_flight, drop=drop))
+        return self.limit if self.limit != before else None
