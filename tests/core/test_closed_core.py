@@ -8,10 +8,10 @@ modules under a bare package; this test proves what that run relies on.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import poise_py
+from tests.support.imports import poise_imports
 
 PACKAGE = Path(poise_py.__file__).parent
 LEAVES = frozenset(f"poise_py.{name}" for name in ("_errors", "_faults", "_knobs", "_decision", "_endpoint", "_redact"))
@@ -19,22 +19,10 @@ LEAVES = frozenset(f"poise_py.{name}" for name in ("_errors", "_faults", "_knobs
 that the core and the shell share; a leaf imports only other leaves."""
 
 
-def poise_imports(path: Path) -> list[tuple[int, str]]:
-    """The poise_py modules ``path`` imports, relative imports resolved, with their lines."""
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """The poise_py modules the module at ``path`` imports, with their lines."""
     package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                base = parts[: len(parts) - node.level + 1]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
-            found.append((node.lineno, module))
-        elif isinstance(node, ast.Import):
-            found.extend((node.lineno, alias.name) for alias in node.names)
-    return [(n, m) for n, m in found if m == "poise_py" or m.startswith("poise_py.")]
+    return poise_imports(path.read_text(), package)
 
 
 def test_every_core_module_imports_only_the_core_and_leaf_modules() -> None:
@@ -43,7 +31,7 @@ def test_every_core_module_imports_only_the_core_and_leaf_modules() -> None:
     reaches = [
         f"{path.name}:{n}: {module}"
         for path in modules
-        for n, module in poise_imports(path)
+        for n, module in imports_of(path)
         if not module.startswith("poise_py._core") and module not in LEAVES
     ]
     assert not reaches, reaches
@@ -53,13 +41,13 @@ def test_every_leaf_imports_only_leaves() -> None:
     reaches = [
         f"{leaf}:{n}: {module}"
         for leaf in sorted(LEAVES)
-        for n, module in poise_imports(PACKAGE / f"{leaf.removeprefix('poise_py.')}.py")
+        for n, module in imports_of(PACKAGE / f"{leaf.removeprefix('poise_py.')}.py")
         if module not in LEAVES
     ]
     assert not reaches, reaches
 
 
 def test_the_reading_resolves_relative_imports() -> None:
-    imports = dict(poise_imports(PACKAGE / "_core" / "_fleet.py"))
+    imports = dict(imports_of(PACKAGE / "_core" / "_fleet.py"))
     assert "poise_py._core._shared" in imports.values()
     assert all(not m.startswith("poise_py._coordination") for m in imports.values())

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 import poise_py
 from poise_py import _internal
 from poise_py._core._retry import Next
+from tests.support.imports import poise_imports
 
 PACKAGE = Path(poise_py.__file__).parent
 INTEGRATIONS = sorted([*PACKAGE.glob("contrib/*.py"), *PACKAGE.glob("sim/*.py"), PACKAGE / "_retry.py"])
@@ -66,29 +66,12 @@ PUBLIC_MODULES = frozenset(
 and the one internal interface (each subpackage's own modules are its business)."""
 
 
-def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
-    """Every poise_py module ``source`` (a module of ``package``) imports, with its line."""
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                base = parts[: len(parts) - node.level + 1]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
-            found.append((node.lineno, module))
-        elif isinstance(node, ast.Import):
-            found.extend((node.lineno, alias.name) for alias in node.names)
-    return [(n, m) for n, m in found if m == "poise_py" or m.startswith("poise_py.")]
-
-
 def outside_reaches(source: str, name: str) -> list[str]:
     """The imports of module ``name`` (``contrib/httpx.py``) that leave its subpackage for a private module."""
     package = "poise_py." + name.split("/", maxsplit=1)[0]  # poise_py.contrib, poise_py.sim
     return [
         f"{name}:{n}: {module}"
-        for n, module in imported_modules(source, package)
+        for n, module in poise_imports(source, package)
         if module not in PUBLIC_MODULES and not module.startswith(package)
     ]
 
