@@ -26,21 +26,21 @@ call is not a sample. With ``window`` > 1 both update once per ``window`` comple
 from their mean latency, the most calls in flight and whether any was a drop: Netflix's
 ``WindowedLimit``, which its examples put around every algorithm, counted in calls rather
 than seconds because this core has no clock (``_limits.Window``). This module is the
-configuration (interpreted in the compiled build, as every public attrs class is) and the
-pool's :class:`LoadState`; each configuration's ``limiter()`` makes the running limit,
-whose arithmetic runs on every completed call and lives in :mod:`poise_py._core._limits`
-(compiled) with each endpoint's :class:`~poise_py._core._limits.LoadControl`. No clock, no I/O.
+configuration (interpreted in the compiled build, as every public attrs class is); each
+configuration's ``limiter()`` makes the running limit, whose arithmetic runs on every
+completed call and lives, with each endpoint's ``LoadControl`` and the pool's ``LoadState``,
+in :mod:`poise_py._core._limits` (compiled). No clock, no I/O.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import attrs
 
 from .._errors import ConfigError
 from .._knobs import check_count, check_duration, check_number, optional
-from ._limits import AIMDLimiter, Gradient2Limiter, LoadControl
+from ._limits import AIMDLimiter, Gradient2Limiter
 
 MAX_LIMIT = 1 << 20
 """The largest limit a knob accepts."""
@@ -240,59 +240,3 @@ class LoadPolicy:
     def limits(self) -> bool:
         """Whether any endpoint may have a concurrency limit."""
         return self.max_in_flight is not None or self.adaptive is not None
-
-
-class LoadState:
-    """A pool's load knobs and running state, in one object (the pool reads its flags per call).
-
-    Attributes:
-        policy: the knobs.
-        controlled: whether endpoints carry a :class:`LoadControl` and picks are admitted.
-        adaptive: whether completed calls feed adaptive limits.
-        slow_start: the slow-start knobs, or None.
-        ramping: the endpoints in slow start, oldest first.
-        controls: each member's :class:`LoadControl`, while :attr:`controlled` (kept here,
-            not on the member's record, so the record stays within its cache lines).
-        overloaded: when each member last had a load-shaped failure, oldest first (the
-            pool's evidence that a timeout or overload answer is the pool's load).
-        recallable: the OPEN members ejected for a load-shaped failure: the next sign of
-            the pool's load recalls them (``Cause.RECALLED``).
-        recalls: when each member was first recalled since its circuit last closed.
-        shared_faults: load-shaped failures judged the pool's load, not a strike (saturating).
-    """
-
-    policy: LoadPolicy
-    controlled: bool
-    adaptive: bool
-    slow_start: SlowStart | None
-    ramping: dict[Any, None]
-    controls: dict[Any, LoadControl]
-    overloaded: dict[Any, float]
-    recallable: dict[Any, None]
-    recalls: dict[Any, float]
-    shared_faults: int
-
-    __slots__ = (
-        "adaptive",
-        "controlled",
-        "controls",
-        "overloaded",
-        "policy",
-        "ramping",
-        "recallable",
-        "recalls",
-        "shared_faults",
-        "slow_start",
-    )
-
-    def __init__(self, policy: LoadPolicy) -> None:
-        self.policy = policy
-        self.controlled = policy.limits or policy.slow_start is not None
-        self.adaptive = policy.adaptive is not None
-        self.slow_start = policy.slow_start
-        self.ramping = {}
-        self.controls = {}
-        self.overloaded = {}
-        self.recallable = {}
-        self.recalls = {}
-        self.shared_faults = 0

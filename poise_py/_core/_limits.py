@@ -5,13 +5,16 @@ The configuration users build (:class:`~poise_py.AIMD`, :class:`~poise_py.Gradie
 interpreted; what it makes runs here, on every completed call while an adaptive limit is
 on: :class:`AIMDLimiter` and :class:`Gradient2Limiter` (Netflix's ``AIMDLimit`` and
 ``Gradient2Limit`` updates, their formulas as published), the call-counted
-:class:`Window`, one endpoint's :class:`LoadControl`, and the pool's :class:`LoadState`.
-No clock and no I/O.
+:class:`Window`, one endpoint's :class:`LoadControl`, and the pool's :class:`LoadState`,
+whose flags the pool reads on every selection. The running state reads the configuration
+through the protocols :class:`LoadKnobs` and :class:`RampShape`, so this compiled module
+imports none of the interpreted one. No clock and no I/O.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol
 
 UNLIMITED = 1 << 62
 """The limit of an endpoint without one (a count no pool reaches)."""
@@ -243,3 +246,104 @@ class LoadControl:
         before = self.limit
         self.limit = min(self.cap, limiter.sample(rtt, in_flight, drop=drop))
         return self.limit if self.limit != before else None
+
+
+class RampShape(Protocol):
+    """What the running state reads of a slow start (``SlowStart``, configuration kept interpreted)."""
+
+    @property
+    def window(self) -> float:
+        """Seconds to full weight."""
+        ...
+
+    def factor(self, elapsed: float) -> float:
+        """The share of its weight an endpoint ``elapsed`` seconds into its ramp gets."""
+        ...
+
+
+class LimiterFactory(Protocol):
+    """What makes an endpoint's running limit (``AdaptiveConcurrency``)."""
+
+    def limiter(self) -> AIMDLimiter | Gradient2Limiter:
+        """A fresh running limit for one endpoint."""
+        ...
+
+
+class LoadKnobs(Protocol):
+    """What the running state reads of the balancer's load knobs (``LoadPolicy``)."""
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """The balancer's cap per endpoint, or None."""
+        ...
+
+    @property
+    def adaptive(self) -> LimiterFactory | None:
+        """The adaptive limit's configuration, or None."""
+        ...
+
+    @property
+    def slow_start(self) -> RampShape | None:
+        """The slow-start knobs, or None."""
+        ...
+
+    @property
+    def limits(self) -> bool:
+        """Whether any endpoint may have a concurrency limit."""
+        ...
+
+
+class LoadState:
+    """A pool's load knobs and running state, in one object (the pool reads its flags per call).
+
+    Attributes:
+        policy: the knobs.
+        controlled: whether endpoints carry a :class:`LoadControl` and picks are admitted.
+        adaptive: whether completed calls feed adaptive limits.
+        slow_start: the slow-start knobs, or None.
+        ramping: the endpoints in slow start, oldest first.
+        controls: each member's :class:`LoadControl`, while :attr:`controlled` (kept here,
+            not on the member's record, so the record stays within its cache lines).
+        overloaded: when each member last had a load-shaped failure, oldest first (the
+            pool's evidence that a timeout or overload answer is the pool's load).
+        recallable: the OPEN members ejected for a load-shaped failure: the next sign of
+            the pool's load recalls them (``Cause.RECALLED``).
+        recalls: when each member was first recalled since its circuit last closed.
+        shared_faults: load-shaped failures judged the pool's load, not a strike (saturating).
+    """
+
+    policy: LoadKnobs
+    controlled: bool
+    adaptive: bool
+    slow_start: RampShape | None
+    ramping: dict[Any, None]
+    controls: dict[Any, LoadControl]
+    overloaded: dict[Any, float]
+    recallable: dict[Any, None]
+    recalls: dict[Any, float]
+    shared_faults: int
+
+    __slots__ = (
+        "adaptive",
+        "controlled",
+        "controls",
+        "overloaded",
+        "policy",
+        "ramping",
+        "recallable",
+        "recalls",
+        "shared_faults",
+        "slow_start",
+    )
+
+    def __init__(self, policy: LoadKnobs) -> None:
+        self.policy = policy
+        self.controlled = policy.limits or policy.slow_start is not None
+        self.adaptive = policy.adaptive is not None
+        self.slow_start = policy.slow_start
+        self.ramping = {}
+        self.controls = {}
+        self.overloaded = {}
+        self.recallable = {}
+        self.recalls = {}
+        self.shared_faults = 0

@@ -32,9 +32,9 @@ from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, Overload
 from .._faults import Fault
 from ._circuit import Cause, CircuitState, PanicTicket, Ticket, Transition
 from ._circuit_policy import CircuitPolicy
-from ._concurrency import LoadPolicy, LoadState
+from ._concurrency import LoadPolicy
 from ._ejection import EjectionGuard, rate_quorum, rotation_answers
-from ._limits import UNLIMITED, LoadControl
+from ._limits import UNLIMITED, LoadControl, LoadState
 from ._listener import NullListener, PoolListener
 from ._outlier import OutlierSampler
 from ._pickers import Instant, PickFn
