@@ -173,7 +173,7 @@ DEFAULT_CONFIGURATIONS = tuple(CONFIGURATIONS)[:5]
 
 
 @attrs.frozen(kw_only=True)
-class LabResult:
+class LabResult(sim.Outcomes):
     """What one configuration did with the lab's traffic (the fields of the simulator's ``RunResult``).
 
     Latencies are seconds from a request's scheduled arrival to its outcome (a timeout
@@ -182,7 +182,8 @@ class LabResult:
     ``endpoint_ids``. ``lag_p99`` is the p99 of (actual start - scheduled start),
     ``on_time`` the share of requests that started within :data:`ON_TIME` of their
     schedule, ``offered_rps`` the schedule's rate and ``achieved_rps`` the rate at which
-    requests were actually started.
+    requests were actually started. Success rate, goodput, extra load, shares and peak
+    queue are the simulator's own (:class:`poise_py.sim.Outcomes`).
     """
 
     configuration: str
@@ -203,32 +204,6 @@ class LabResult:
     on_time: float
     offered_rps: float
     achieved_rps: float
-
-    @property
-    def success_rate(self) -> float:
-        """Successful requests / requests."""
-        return self.successes / self.requests if self.requests else 1.0
-
-    @property
-    def goodput(self) -> float:
-        """Successful requests per second of traffic."""
-        return self.successes / self.duration if self.duration else 0.0
-
-    @property
-    def extra_load(self) -> float:
-        """Retries per request, as the simulator's: a request that made no attempt adds nothing."""
-        return (self.backend_calls - self.attempted) / self.requests if self.requests else 0.0
-
-    @property
-    def shares(self) -> tuple[float, ...]:
-        """Each endpoint's share of the attempts (in ``endpoint_ids`` order)."""
-        total = sum(self.endpoint_calls)
-        return tuple(c / total if total else 0.0 for c in self.endpoint_calls)
-
-    @property
-    def peak_queue(self) -> int:
-        """The longest any backend's queue grew."""
-        return max(self.peak_queues, default=0)
 
     @property
     def generator_bound(self) -> bool:

@@ -191,8 +191,55 @@ class Sample:
     queued: int = 0
 
 
+class Outcomes:
+    """The figures every run's outcome derives from its counts (a simulator's or the load lab's).
+
+    Read by :class:`RunResult` and by ``bench/loadlab.py``'s ``LabResult``, so the two
+    define them once and alike.
+    """
+
+    __slots__ = ()
+
+    duration: float
+    requests: int
+    successes: int
+    attempted: int
+    backend_calls: int
+    endpoint_calls: tuple[int, ...]
+    peak_queues: tuple[int, ...]
+
+    @property
+    def goodput(self) -> float:
+        """Successful requests per second of traffic."""
+        return self.successes / self.duration if self.duration else 0.0
+
+    @property
+    def extra_load(self) -> float:
+        """Retries per request: what retries added to the backends' load (attempts per request minus one).
+
+        A request that found no endpoint at all made no attempt and adds nothing.
+        """
+        return (self.backend_calls - self.attempted) / self.requests if self.requests else 0.0
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        """Each endpoint's share of the calls sent (in ``endpoint_ids`` order)."""
+        total = sum(self.endpoint_calls)
+        return tuple(c / total if total else 0.0 for c in self.endpoint_calls)
+
+    @property
+    def peak_queue(self) -> int:
+        """The longest any endpoint's queue grew."""
+        return max(self.peak_queues, default=0)
+
+    @property
+    def success_rate(self) -> float:
+        """Successful requests / requests."""
+        return self.successes / self.requests if self.requests else 1.0
+
+
 @attrs.frozen(kw_only=True)
-class RunResult:
+class RunResult(Outcomes):
     """What one configuration did with the scenario's traffic.
 
     ``latencies_*`` are the end-to-end latencies of successful requests; ``all_latencies_*``
@@ -229,35 +276,6 @@ class RunResult:
     endpoint_calls: tuple[int, ...] = ()
     peak_queues: tuple[int, ...] = ()
     return_peak_queues: dict[str, int] = attrs.field(factory=dict)
-
-    @property
-    def goodput(self) -> float:
-        """Successful requests per second of traffic."""
-        return self.successes / self.duration if self.duration else 0.0
-
-    @property
-    def extra_load(self) -> float:
-        """Retries per request: what retries added to the backends' load (attempts per request minus one).
-
-        A request that found no endpoint at all made no attempt and adds nothing.
-        """
-        return (self.backend_calls - self.attempted) / self.requests if self.requests else 0.0
-
-    @property
-    def shares(self) -> tuple[float, ...]:
-        """Each endpoint's share of the calls sent (in ``endpoint_ids`` order)."""
-        total = sum(self.endpoint_calls)
-        return tuple(c / total if total else 0.0 for c in self.endpoint_calls)
-
-    @property
-    def peak_queue(self) -> int:
-        """The longest any endpoint's queue grew."""
-        return max(self.peak_queues, default=0)
-
-    @property
-    def success_rate(self) -> float:
-        """Successful requests / requests."""
-        return self.successes / self.requests if self.requests else 1.0
 
     @property
     def mean_readmit(self) -> float | None:
