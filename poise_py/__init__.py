@@ -57,6 +57,9 @@ from ._core._shared import OpenWait as OpenWait
 from ._core._shared import ProbeReport as ProbeReport
 from ._core._shared import Reply as Reply
 from ._core._shared import SharedState as SharedState
+from ._core._tails import Hedge as Hedge
+from ._core._tails import Quantile as Quantile
+from ._core._tails import RetryBackoff as RetryBackoff
 from ._decision import Decision as Decision
 from ._decision import DecisionMode as DecisionMode
 from ._discovery import Delta as Delta
@@ -129,6 +132,7 @@ from ._statistics import PoolCounters as PoolCounters
 from ._telemetry import EventStream as EventStream
 from ._telemetry import Observer as Observer
 from ._version import VERSION, compiled
+from ._waiting import PendingPermit as PendingPermit
 
 __version__ = VERSION
 

@@ -25,9 +25,20 @@ A result that is itself a failure (an HTTP 503 response) is reported with
 :meth:`AttemptScope.failed`, which says whether another attempt follows; the driver keeps it as
 the request's answer until the next attempt really starts (the ``discard`` hook releases
 it then), so a retry that finds no endpoint left answers with the last real result or
-error, never with the selection error. Hedged requests will run several attempts at once
-over the same driver: each attempt owns its permit, and the driver's bookkeeping (the
-endpoints tried, the last outcome) does not assume one attempt at a time.
+error, never with the selection error.
+
+Three options pace the attempts (docs/tails.md):
+
+- ``wait``: the first attempt waits up to that long for an eligible endpoint
+  (``acquire(wait=...)``, first come first served); a retry never waits, it ends the
+  request when no endpoint is left;
+- ``backoff`` (:class:`~poise_py.RetryBackoff`): a retry waits a jittered delay, or the server's
+  pushback (the failed answer's ``retry_after``) when it gave one; a delay past the deadline
+  ends the request;
+- hedging (:meth:`Attempts.hedge`): another attempt starts while earlier ones run, on an
+  endpoint not yet tried, when the retry loop and the retry budget allow it. Each attempt
+  owns its permit, and the driver's bookkeeping (the endpoints tried, the last outcome)
+  does not assume one attempt at a time.
 """
 
 from __future__ import annotations
@@ -37,9 +48,11 @@ from collections.abc import Awaitable, Callable, Collection
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import attrs
 
 from ._core._retry import Next, RetryLoop
+from ._core._tails import RetryBackoff
 from ._errors import SelectionError
 from ._faults import Classification, Fault
 
@@ -86,10 +99,15 @@ class Attempts:
         deadline: when the request's time ends on the balancer's clock, or None.
         discard: releases a failed result the request will not answer with after all
             (another attempt started), or None.
+        wait_acquire: takes the first attempt's permit, waiting for an eligible endpoint
+            (``acquire(wait=...)``), or None to take it at once.
+        backoff: the delay between a failed attempt and the retry, or None (at once).
+        random: a uniform draw in [0, 1) for the backoff's jitter.
     """
 
     __slots__ = (
         "_acquire",
+        "_backoff",
         "_classify",
         "_deadline",
         "_discard",
@@ -98,8 +116,11 @@ class Attempts:
         "_loop",
         "_now",
         "_pool_size",
+        "_pushback",
+        "_random",
         "_result",
         "_started",
+        "_wait_acquire",
         "history",
     )
 
@@ -113,8 +134,15 @@ class Attempts:
         pool_size: Callable[[], int],
         deadline: float | None = None,
         discard: Callable[[Any], Awaitable[None]] | None = None,
+        wait_acquire: Callable[[Collection[str]], Awaitable[Permit]] | None = None,
+        backoff: RetryBackoff | None = None,
+        random: Callable[[], float] | None = None,
     ) -> None:
         self._loop = loop
+        self._wait_acquire = wait_acquire
+        self._backoff = backoff
+        self._random = random
+        self._pushback: float | None = None
         self._acquire = acquire
         self._classify = classify
         self._now = now
@@ -134,13 +162,69 @@ class Attempts:
     async def __anext__(self) -> AttemptScope:
         if self._done:
             raise StopAsyncIteration
-        attempt = self.next()
-        if attempt is None:
-            raise StopAsyncIteration
-        result, self._result = self._result, None
-        if result is not None and self._discard is not None:
-            await self._discard(result)  # another attempt started: the kept failure is not the answer
+        attempt: AttemptScope | None
+        if not self._started and self._wait_acquire is not None:
+            attempt = await self.first()
+        else:
+            if self._backoff is not None and self._started and not await self._paced():
+                raise StopAsyncIteration
+            attempt = self.next()
+            if attempt is None:
+                raise StopAsyncIteration
+        await self.drop_kept()  # another attempt started: the kept failure is not the answer
         return attempt
+
+    async def first(self) -> AttemptScope:
+        """Start the first attempt, waiting for an eligible endpoint if the driver was given ``wait_acquire``.
+
+        Raises the selection error when there is none (after the wait).
+        """
+        wait_acquire = self._wait_acquire
+        if self._started or wait_acquire is None:
+            attempt = self.next()
+            if attempt is None:
+                raise RuntimeError("first() after the request's first attempt")
+            return attempt
+        self._started = True
+        self._loop.start(self._now())
+        try:
+            permit = await wait_acquire(self._loop.exclude)
+        except BaseException:
+            self._done = True
+            raise
+        return self._take(permit)
+
+    async def _paced(self) -> bool:
+        """Wait the backoff (or the server's pushback) before a retry; False when the deadline would pass first."""
+        backoff = self._backoff
+        assert backoff is not None  # noqa: S101 - called only with a backoff
+        draw = 0.0 if self._random is None else self._random()
+        delay = backoff.delay(max(1, self._loop.attempts_made), draw, self._pushback)
+        left = self.time_left()
+        if left is not None and delay >= left:
+            self._done = True
+            return False
+        if delay > 0.0:
+            await anyio.sleep(delay)
+        return True
+
+    def hedge(self) -> AttemptScope | None:
+        """Start a hedge now, beside the attempts in flight: its permit, or None when none may go.
+
+        None when the request is over, every allowed attempt was made, every endpoint was
+        tried, no endpoint not yet tried is eligible, or the retry budget refuses (hedges
+        and retries draw from one budget). A hedge that cannot go does not end the request.
+        """
+        if self._done or not self._started:
+            return None
+        loop = self._loop
+        if not loop.may_hedge(self._now(), pool_size=self._pool_size()):
+            return None
+        try:
+            permit = self._acquire(loop.exclude)
+        except SelectionError:
+            return None
+        return self._take(permit)
 
     def next(self) -> AttemptScope | None:
         """Start the next attempt now: its permit, or None when the request is over.
@@ -162,9 +246,22 @@ class Attempts:
                 raise
             self._done = True
             return None
-        loop.attempt(permit.endpoint.id)
+        return self._take(permit)
+
+    def _take(self, permit: Permit) -> AttemptScope:
+        self._loop.attempt(permit.endpoint.id)
         self._error = None
         return AttemptScope(self, permit)
+
+    async def drop_kept(self) -> None:
+        """Release a failed result kept as the answer (another attempt started, or won)."""
+        result, self._result = self._result, None
+        if result is not None and self._discard is not None:
+            await self._discard(result)
+
+    def kept(self) -> Any:
+        """The failed result kept as the request's answer so far, or None."""
+        return self._result
 
     def time_left(self) -> float | None:
         """Seconds before the request's deadline on the balancer's clock (None without one)."""
@@ -185,9 +282,11 @@ class Attempts:
         if isinstance(verdict, Classification):
             fault = verdict.fault
             permit.fail(fault, retry_after=verdict.retry_after, overload=verdict.overload)
+            self._pushback = verdict.retry_after
         else:
             fault = verdict
             permit.fail(fault)
+            self._pushback = None
         self.history.append(Attempt(endpoint_id=permit.endpoint.id, fault=fault, error=error))
         next_step = self._loop.after_fault(fault, self._now(), pool_size=self._pool_size(), time_left=self.time_left())
         if next_step is not Next.RETRY:
@@ -214,12 +313,16 @@ class Attempts:
 class AttemptScope:
     """One try of a logical request around its own permit; ``async with attempt:`` judges how it ends."""
 
-    __slots__ = ("_attempts", "_detached", "permit")
+    __slots__ = ("_attempts", "_detached", "permit", "step", "superseded")
 
     def __init__(self, attempts: Attempts, permit: Permit) -> None:
         self._attempts = attempts
         self.permit = permit
         self._detached = False
+        self.superseded = False
+        """Another attempt's answer won (a hedge's race): a cancellation here is not counted."""
+        self.step: Next | None = None
+        """What the retry loop decided after this attempt failed (None: it did not fail, or has not ended)."""
 
     @property
     def endpoint(self) -> Endpoint:
@@ -236,7 +339,7 @@ class AttemptScope:
         attempt follows.
         """
         attempts = self._attempts
-        step = attempts._judged(self.permit, verdict, error)
+        step = self.step = attempts._judged(self.permit, verdict, error)
         attempts._result = result
         attempts._error = error
         return step is Next.RETRY
@@ -259,10 +362,10 @@ class AttemptScope:
             permit.succeed()
             return False
         if not isinstance(exc, Exception):
-            permit.cancel()  # a cancellation: neither a success nor a failure
+            permit.cancel(superseded=self.superseded)  # a cancellation: neither a success nor a failure
             return False
         attempts = self._attempts
-        step = attempts._judged(permit, attempts._judge(exc), exc)
+        step = self.step = attempts._judged(permit, attempts._judge(exc), exc)
         if step is Next.RETRY:
             attempts._error = exc  # swallowed: the answer if no endpoint is left to retry on
             return True

@@ -36,6 +36,7 @@ from ._core._pool import Pool
 from ._core._record import EndpointState
 from ._core._routing import Panic, Routing
 from ._core._selection import Policy, PowerOfTwoChoices
+from ._core._tails import Hedge, RetryBackoff
 from ._discovery import DiscoveryEnd, Snapshot, StaticDiscovery, Update
 from ._dispatch import BalancerListener, PermitExit
 from ._endpoint import MAX_IN_FLIGHT_LIMIT, AdminStatus, Endpoint
@@ -48,6 +49,7 @@ from ._errors import (
     NotDraining,
     NotRunning,
     ReadyTimeout,
+    SelectionError,
     WrongThread,
 )
 from ._events import CoordinationFallback, DiscoveryApplied, DiscoveryRejected
@@ -58,11 +60,12 @@ from ._issuer import PermitIssuer
 from ._knobs import check_count, check_duration
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
-from ._retry import call_with_retries
+from ._retry import call_with_retries, check_hedge
 from ._snapshot import PoolSnapshot, pool_snapshot
 from ._statistics import BalancerStatistics
 from ._telemetry import DEFAULT_EVENT_BUFFER, EventStream, Observer, Telemetry
 from ._timer import Timer, TimerClient
+from ._waiting import WaitQueue, not_running
 
 logger = logging.getLogger("poise_py")
 T = TypeVar("T")
@@ -205,6 +208,9 @@ class LoadBalancer(PermitIssuer):
         listener = BalancerListener(self._now, self._timer.wake, self._drain_waiters)
         self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener, load=load)
         self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed)
+        self._waiting = WaitQueue(self._select, self._waiter_refused, self._now, self._timer.wake, self._exit.signal)
+        listener.replan = self._waiting.changed
+        self._exit.released = self._waiting.changed
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
@@ -238,6 +244,7 @@ class LoadBalancer(PermitIssuer):
             pool=self._pool,
             timer=self._timer,
             acquire=self.acquire,
+            random=self._rng.random,
         )
         """The one internal interface contrib and the simulator use (see ``_internal.py``)."""
         wake = self._timer.wake
@@ -254,6 +261,7 @@ class LoadBalancer(PermitIssuer):
         # The one timer's clients (see poise_py._timer): another client is one more entry.
         parts: tuple[TimerClient | None, ...] = (
             self._pool,
+            self._waiting,
             self._membership,
             self._telemetry,
             self._health,
@@ -305,6 +313,7 @@ class LoadBalancer(PermitIssuer):
         self._running = False
         self._gate = 0
         self._task_group = None
+        self._waiting.close(not_running())
         task_group.cancel_scope.cancel()
         if self._health is not None:
             self._health.detach()
@@ -351,6 +360,10 @@ class LoadBalancer(PermitIssuer):
         *args: Any,
         attempts: int = 3,
         key: Hashable | None = None,
+        hedge: Hedge | None = None,
+        wait: float | None = None,
+        backoff: RetryBackoff | None = None,
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> T:
         """Call ``await fn(endpoint, *args, **kwargs)``, retrying on other endpoints.
@@ -361,8 +374,37 @@ class LoadBalancer(PermitIssuer):
         budget, so a dead pool does not multiply its load. The error raised is the last
         real exception, carrying the attempts as ``poise_attempts`` (and a note); a
         :class:`SelectionError` is raised only if not even the first attempt could start.
+
+        Args:
+            fn: the call, awaited as ``fn(endpoint, *args, **kwargs)`` on each attempt.
+            *args: passed to ``fn`` after the endpoint.
+            attempts: at most this many attempts, hedges included.
+            key: the routing key for hashing policies.
+            hedge: send a copy to an endpoint not yet tried when no answer came within
+                the hedge's delay (:class:`Hedge`); the first success wins, the others are
+                cancelled through their permits. At most ``max(attempts,
+                hedge.max_attempts)`` attempts. Default None.
+            wait: seconds the first attempt may wait for an eligible endpoint
+                (``acquire(wait=...)``). Default None: fail at once.
+            backoff: the wait before each retry (:class:`RetryBackoff`: full jitter, or the
+                server's pushback). Default None: retry at once.
+            deadline: seconds for the whole call, retries, hedges and waits included;
+                past it the attempt in flight is cancelled (no strike) and
+                ``TimeoutError`` is raised. Default None.
+            **kwargs: passed to ``fn``.
         """
-        return await call_with_retries(self, fn, args, kwargs, attempts=attempts, key=key)
+        return await call_with_retries(
+            self,
+            fn,
+            args,
+            kwargs,
+            attempts=attempts,
+            key=key,
+            hedge=check_hedge(hedge),
+            wait=wait,
+            backoff=backoff,
+            deadline=deadline,
+        )
 
     def coordination_statistics(self) -> CoordinationStatistics | None:
         """Counters of fleet coordination (None without ``coordination=``)."""
@@ -372,6 +414,11 @@ class LoadBalancer(PermitIssuer):
     def retries_denied(self) -> int:
         """Retries :meth:`call` skipped because the retry budget was spent."""
         return self._budget.denied
+
+    def _waiter_refused(self, exc: SelectionError) -> SelectionError:
+        """A waiter's time ran out: report the refusal as ``acquire`` does (may raise a readiness error)."""
+        self._refused(exc)
+        return exc
 
     def _exit_verdict(self, exc: BaseException, endpoint_id: str) -> Classification | None:
         """How a permit block left by ``exc`` is recorded, or None to cancel."""

@@ -74,9 +74,9 @@ class ObservedPermit(Permit):
         super().fail(fault, retry_after=retry_after, overload=overload)
         self._report(fault, cancelled=False)
 
-    def cancel(self) -> None:
-        """Report that the call ended without an outcome."""
-        super().cancel()
+    def cancel(self, *, superseded: bool = False) -> None:
+        """Report that the call ended without an outcome (``superseded``: it lost a hedge's race)."""
+        super().cancel(superseded=superseded)
         self._report(None, cancelled=True)
 
     async def __aexit__(

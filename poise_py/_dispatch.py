@@ -38,9 +38,12 @@ class PermitExit:
         clock: the balancer's clock (set again when the balancer starts on a backend).
         verdict: the balancer's classification of an exception that left a permit block.
         observer_failed: logs a call observer that raised.
+        waiting: True while callers wait for an eligible endpoint (``acquire(wait=...)``):
+            every permit's end then calls ``released`` (a concurrency slot may be free).
+        released: tells the wait queue a permit ended.
     """
 
-    __slots__ = ("clock", "observer_failed", "pool", "verdict")
+    __slots__ = ("clock", "observer_failed", "pool", "released", "verdict", "waiting")
 
     def __init__(
         self,
@@ -53,10 +56,18 @@ class PermitExit:
         self.clock: Clock = clock
         self.verdict: Verdict = verdict
         self.observer_failed: Callable[[object, Exception], None] = observer_failed
+        self.waiting = False
+        self.released: Callable[[], None] = _nothing
+
+    def signal(self, waiting: bool) -> None:  # noqa: FBT001 - the wait queue's one flag
+        """Whether callers wait: while they do, each permit's end is reported to ``released``."""
+        self.waiting = waiting
 
     def succeed(self, state: EndpointState, ticket: Ticket, started: float) -> None:
         """Record a success: the hot path of every call (the clock is read only if the circuit needs the time)."""
         self.pool.succeed(state, ticket, self.clock.now() if state.clocked else 0.0, started)
+        if self.waiting:
+            self.released()
 
     def finish(
         self,
@@ -71,6 +82,8 @@ class PermitExit:
         """Record a fault of tier ``fault`` (``overload``: load-shaped, see :class:`Classification`)."""
         now = self.clock.now()
         self.pool.complete(state, ticket, fault, now, latency=now - started, retry_after=retry_after, overload=overload)
+        if self.waiting:
+            self.released()
 
     def finish_exc(self, state: EndpointState, ticket: Ticket, started: float, exc: BaseException) -> Fault | None:
         """Record the end of a block left by ``exc``: the classified fault, or (None) a cancellation."""
@@ -81,9 +94,11 @@ class PermitExit:
         self.finish(state, ticket, started, verdict.fault, verdict.retry_after, overload=verdict.overload)
         return verdict.fault
 
-    def cancel(self, state: EndpointState, ticket: Ticket) -> None:
-        """Release a permit that ended without an outcome."""
-        self.pool.cancel(state, ticket)
+    def cancel(self, state: EndpointState, ticket: Ticket, *, counted: bool = True) -> None:
+        """Release a permit that ended without an outcome (``counted``: as a cancellation)."""
+        self.pool.cancel(state, ticket, counted=counted)
+        if self.waiting:
+            self.released()
 
     def orphan(self, state: EndpointState, ticket: Ticket) -> None:
         """Queue a garbage-collected permit's cancellation (safe inside any pool operation)."""
@@ -116,6 +131,8 @@ class BalancerListener:
         self.telemetry: Telemetry | None = None
         self.membership: Membership | None = None
         self.coordinator: Coordinator | None = None
+        self.replan: Callable[[], None] = _nothing
+        """Told when the set of endpoints that may take permits changed (the wait queue)."""
 
     def transition(self, state: EndpointState, transition: Transition) -> None:
         """Wake the timer for a new deadline, mirror the move to the fleet, log and emit it."""
@@ -165,9 +182,17 @@ class BalancerListener:
             event = SlowStartBegan if started else SlowStartEnded
             self.telemetry.emit(event(at=self.clock(), endpoint_id=state.endpoint.id))
 
+    def replanned(self) -> None:
+        """The eligible set changed: waiters may be served."""
+        self.replan()
+
     def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
         """ConcurrencyLimitChanged (the pool reports a step, not every nudge)."""
         if self.telemetry is not None:
             self.telemetry.emit(
                 ConcurrencyLimitChanged(at=self.clock(), endpoint_id=state.endpoint.id, limit=limit, previous=previous)
             )
+
+
+def _nothing() -> None:
+    """The default hook: nobody listens."""

@@ -22,8 +22,10 @@ The module also carries, as plain names, the few helpers the integrations share 
 balancer so their errors read alike: the knob checks (``check_count``, ``check_number``,
 ``check_duration``, ``is_number``, ``check_attempts``), the classifier's refusal text
 (``classifier_problem``), the optional-extra errors (``missing_extra``, ``require``), the
-bound on echoed text (``shown``, ``SHOWN_TEXT``), and the pure retry loop (``RetryLoop``,
-``Next``) the simulator drives. contrib and the simulator import only public modules and
+bound on echoed text (``shown``, ``SHOWN_TEXT``), the pure retry loop (``RetryLoop``,
+``Next``) and hedging state (``HedgeState``, from :meth:`BalancerInternals.hedging`) the
+simulator drives, and the hedged-request runner (``hedged``) the transport and the
+channel share with ``lb.call``. contrib and the simulator import only public modules and
 this one (``tests/shell/test_internals.py`` holds them to it).
 """
 
@@ -38,11 +40,14 @@ from ._classify import Classifier, classifier_problem
 from ._core._budget import Budget
 from ._core._pool import Pool
 from ._core._retry import Next, RetryLoop, check_attempts
+from ._core._tails import Hedge, HedgeState, RetryBackoff
+from ._errors import ConfigError
 from ._extras import missing_extra, require
 from ._faults import Classification, Fault
 from ._knobs import check_count, check_duration, check_number, is_number
 from ._logs import SHOWN_TEXT, LimitedLog
 from ._redact import shown
+from ._retry import hedged
 from ._timer import Timer
 
 if TYPE_CHECKING:
@@ -51,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SHOWN_TEXT",
     "BalancerInternals",
+    "HedgeState",
     "Next",
     "RetryLoop",
     "check_attempts",
@@ -58,6 +64,7 @@ __all__ = [
     "check_duration",
     "check_number",
     "classifier_problem",
+    "hedged",
     "is_number",
     "missing_extra",
     "require",
@@ -75,10 +82,11 @@ class BalancerInternals:
         log: the balancer's rate-limited log (a broken classifier is reported there).
         pool: the balancer's pool (its size).
         timer: the balancer's one timer (:meth:`run_timers` fires it).
-        acquire: the balancer's ``acquire(key=..., exclude=...)``.
+        acquire: the balancer's ``acquire(key=..., exclude=..., wait=...)``.
+        random: the balancer's seeded uniform draw (the backoff's jitter).
     """
 
-    __slots__ = ("_acquire", "_budget", "_classifier", "_clock", "_log", "_pool", "_timer")
+    __slots__ = ("_acquire", "_budget", "_classifier", "_clock", "_hedges", "_log", "_pool", "_random", "_timer")
 
     def __init__(
         self,
@@ -89,9 +97,12 @@ class BalancerInternals:
         log: LimitedLog,
         pool: Pool,
         timer: Timer,
-        acquire: Callable[..., Permit],
+        acquire: Callable[..., Any],
+        random: Callable[[], float],
     ) -> None:
         self._acquire = acquire
+        self._random = random
+        self._hedges: dict[tuple[Hedge, Hashable], HedgeState] = {}
         self._clock = clock
         self._budget = budget
         self._classifier = classifier
@@ -144,6 +155,8 @@ class BalancerInternals:
         classify: Classify | None = None,
         timeout: float | None = None,
         discard: Callable[[Any], Awaitable[None]] | None = None,
+        wait: float | None = None,
+        backoff: RetryBackoff | None = None,
     ) -> Attempts:
         """The attempts of one logical request: ``async for attempt in internals.attempts(3): ...``.
 
@@ -158,12 +171,27 @@ class BalancerInternals:
                 balancer's clock; ``time_left()`` gives each attempt what is left.
             discard: releases a failed result kept as the answer once another attempt
                 starts (an HTTP response to close).
+            wait: seconds the first attempt waits for an eligible endpoint (with the
+                balancer's ``acquire``; ignored with ``acquire``).
+            backoff: the delay before each retry (:class:`~poise_py.RetryBackoff`), or None.
         """
+        lb_acquire = self._acquire
+        wait_acquire: Callable[[Collection[str]], Awaitable[Permit]] | None = None
         if acquire is None:
-            lb_acquire = self._acquire
 
             def acquire(exclude: Collection[str]) -> Permit:
-                return lb_acquire(key=key, exclude=exclude)
+                permit: Permit = lb_acquire(key=key, exclude=exclude)
+                return permit
+
+            if wait is not None:
+                check_duration("wait", wait, allow_zero=True)
+
+                async def wait_acquire(exclude: Collection[str]) -> Permit:
+                    permit: Permit = await lb_acquire(key=key, exclude=exclude, wait=wait).permit()
+                    return permit
+
+        if backoff is not None and not isinstance(backoff, RetryBackoff):
+            raise ConfigError("backoff", f"must be a poise.RetryBackoff(...) or None, got {backoff!r:.80}")
 
         now = self._clock
         return Attempts(
@@ -174,7 +202,31 @@ class BalancerInternals:
             pool_size=self._pool_size,
             deadline=None if timeout is None else now() + timeout,
             discard=discard,
+            wait_acquire=wait_acquire,
+            backoff=backoff,
+            random=self._random,
         )
+
+    def hedging(self, hedge: Hedge, scope: Hashable = None) -> HedgeState:
+        """The hedging state (measured latency, extra-load allowance) of ``hedge`` at call site ``scope``.
+
+        One per (hedge, scope) for the balancer's life, at most :data:`HEDGE_SCOPES`
+        (the oldest is forgotten past that).
+        """
+        if not isinstance(hedge, Hedge):
+            raise ConfigError("hedge", f"must be a poise.Hedge(...) or None, got {hedge!r:.80}")
+        states = self._hedges
+        state = states.get((hedge, scope))
+        if state is None:
+            if len(states) >= HEDGE_SCOPES:
+                states.pop(next(iter(states)))
+            state = states[hedge, scope] = HedgeState(hedge)
+        return state
+
+    def hedge_totals(self) -> tuple[int, int, int]:
+        """(requests hedging was on for, hedges sent, hedges that won), over every call site."""
+        states = self._hedges.values()
+        return (sum(s.requests for s in states), sum(s.sent for s in states), sum(s.won for s in states))
 
     def _pool_size(self) -> int:
         return len(self._pool.members)
@@ -205,6 +257,9 @@ class BalancerInternals:
         """
         self._timer.fire(now)
 
+
+HEDGE_SCOPES = 256
+"""The most call sites whose hedging state one balancer keeps."""
 
 _VERDICTS: dict[Fault, Classification] = {fault: Classification(fault) for fault in Fault}
 """A bare fault's classification (built once: a classified failure allocates nothing)."""

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Hashable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, overload
 
 from ._calls import CallObserver, ObservedPermit
 from ._core._native import mypyc_attr
 from ._errors import ConfigError, DiscoveryClosed, NoEligibleEndpoints, NotRunning, SelectionError, WrongThread
 from ._permit import Permit
+from ._waiting import PendingPermit
 
 if TYPE_CHECKING:
     from ._clock import Clock
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from ._dispatch import PermitExit
     from ._membership import Membership
     from ._telemetry import Telemetry
+    from ._waiting import WaitQueue
 
 NO_EXCLUDE: Final[Collection[str]] = ()
 """``acquire``'s default ``exclude``: recognised by identity, so the common call checks nothing."""
@@ -53,8 +55,19 @@ class PermitIssuer:
     _coordinator: Coordinator | None
     _membership: Membership
     _telemetry: Telemetry
+    _waiting: WaitQueue
 
-    def acquire(self, *, key: Hashable | None = None, exclude: Collection[str] = NO_EXCLUDE) -> Permit:
+    @overload
+    def acquire(self, *, key: Hashable | None = None, exclude: Collection[str] = NO_EXCLUDE) -> Permit: ...
+    @overload
+    def acquire(self, *, key: Hashable | None = None, exclude: Collection[str] = NO_EXCLUDE, wait: None) -> Permit: ...
+    @overload
+    def acquire(
+        self, *, key: Hashable | None = None, exclude: Collection[str] = NO_EXCLUDE, wait: float
+    ) -> PendingPermit: ...
+    def acquire(
+        self, *, key: Hashable | None = None, exclude: Collection[str] = NO_EXCLUDE, wait: float | None = None
+    ) -> Permit | PendingPermit:
         """Reserve a permit for one call.
 
         Selection happens here, synchronously and atomically (a half-open probe slot is
@@ -65,6 +78,11 @@ class PermitIssuer:
             exclude: endpoint ids not to choose (already tried): a collection of
                 strings (a list, a set...). One bare string is refused, not read as a
                 collection of characters.
+            wait: seconds to wait for an eligible endpoint when none is (None, the default,
+                raises at once). With ``wait`` the result is a :class:`PendingPermit`:
+                ``async with lb.acquire(wait=5) as permit:`` waits, first come first
+                served, and raises the selection error if the wait ends first
+                (docs/waiting.md).
 
         Raises:
             EmptyPool: discovery has delivered no endpoint yet.
@@ -81,12 +99,22 @@ class PermitIssuer:
             _check_exclude(exclude)
         if get_ident() != self._gate:  # one test: serving, and on the owner's thread
             self._refuse()
+        if wait is not None:
+            return PendingPermit(self._waiting, key, exclude, wait)
         pool = self._pool
         try:
             selected = pool.select(self._clock.now() if pool.clocked else 0.0, key, exclude)
         except SelectionError as exc:
             self._refused(exc)
             raise
+        if self._call_observers:
+            return ObservedPermit(self._exit, selected, self._call_observers)
+        return Permit(self._exit, selected)
+
+    def _select(self, key: Hashable | None, exclude: Collection[str]) -> Permit:
+        """A waiter's selection: ``acquire``'s, reporting nothing (a waiter's failed try is not a refusal)."""
+        pool = self._pool
+        selected = pool.select(self._clock.now() if pool.clocked else 0.0, key, exclude)
         if self._call_observers:
             return ObservedPermit(self._exit, selected, self._call_observers)
         return Permit(self._exit, selected)

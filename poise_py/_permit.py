@@ -101,10 +101,14 @@ class Permit:
         self._claim()
         self._exit.finish(self._state, self._ticket, self._started, fault, retry_after, overload=overload)
 
-    def cancel(self) -> None:
-        """Report that the call ended without an outcome (not a fault)."""
+    def cancel(self, *, superseded: bool = False) -> None:
+        """Report that the call ended without an outcome (not a fault).
+
+        ``superseded``: the call lost a race to another endpoint's answer (a hedge); it is
+        not counted as a cancellation either, as if it had never been sent.
+        """
         self._claim()
-        self._exit.cancel(self._state, self._ticket)
+        self._exit.cancel(self._state, self._ticket, counted=not superseded)
 
     def _claim(self) -> None:
         if self._done:

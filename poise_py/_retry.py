@@ -1,24 +1,32 @@
-"""``LoadBalancer.call``: one logical request, retried on other endpoints within a budget.
+"""``LoadBalancer.call``: one logical request, retried on other endpoints within a budget, hedged if asked.
 
 A few lines over the one retry driver (:class:`~poise_py._attempts.Attempts`, which the
 httpx transport and the gRPC channel use too): take an attempt, await the caller's
-function on its endpoint, and let the driver judge how it ended.
+function on its endpoint, and let the driver judge how it ended. With a hedge the same
+driver runs several attempts at once (:func:`hedged`), and the httpx transport and the
+gRPC channel use that function too.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._attempts import Attempt
-from ._core._retry import RETRYABLE
+import anyio
+
+from ._attempts import Attempt, Attempts, AttemptScope
+from ._core._retry import RETRYABLE, Next
+from ._core._tails import Hedge, HedgeState, RetryBackoff
+from ._errors import ConfigError
+from ._knobs import check_duration
 
 if TYPE_CHECKING:
     from ._balancer import LoadBalancer
 
 T = TypeVar("T")
 
-__all__ = ["RETRYABLE", "Attempt", "call_with_retries"]
+__all__ = ["RETRYABLE", "Attempt", "call_with_retries", "hedged"]
 
 
 async def call_with_retries(
@@ -29,10 +37,155 @@ async def call_with_retries(
     *,
     attempts: int,
     key: Hashable | None,
+    hedge: Hedge | None = None,
+    wait: float | None = None,
+    backoff: RetryBackoff | None = None,
+    deadline: float | None = None,
 ) -> T:
     """The body of ``LoadBalancer.call``; see there."""
-    tries = lb._internals.attempts(attempts, key=key)
-    async for attempt in tries:
-        async with attempt:
-            return await fn(attempt.endpoint, *args, **kwargs)
-    return tries.outcome()  # type: ignore[no-any-return] # every attempt failed: raises the last error
+    internals = lb._internals
+    if hedge is None and wait is None and backoff is None and deadline is None:
+        tries = internals.attempts(attempts, key=key)
+        async for attempt in tries:
+            async with attempt:
+                return await fn(attempt.endpoint, *args, **kwargs)
+        return tries.outcome()  # type: ignore[no-any-return] # every attempt failed: raises the last error
+    if deadline is not None:
+        deadline = check_duration("deadline", deadline)
+    state = None if hedge is None else internals.hedging(hedge, _scope(fn))
+    total = attempts if hedge is None else max(attempts, hedge.max_attempts)
+    with anyio.fail_after(math.inf if deadline is None else deadline):
+        tries = internals.attempts(total, key=key, wait=wait, backoff=backoff, timeout=deadline)
+        if state is not None:
+
+            async def once(attempt: AttemptScope) -> T:
+                return await fn(attempt.endpoint, *args, **kwargs)
+
+            return await hedged(tries, state, once, now=internals.now)
+        async for attempt in tries:
+            async with attempt:
+                return await fn(attempt.endpoint, *args, **kwargs)
+        return tries.outcome()  # type: ignore[no-any-return] # every attempt failed: raises the last error
+
+
+def _scope(fn: Callable[..., Any]) -> Hashable:
+    """The call site a hedge's latency is measured for: the function called (by name, not identity)."""
+    return (getattr(fn, "__module__", None), getattr(fn, "__qualname__", type(fn).__qualname__))
+
+
+async def hedged(
+    tries: Attempts,
+    state: HedgeState,
+    once: Callable[[AttemptScope], Awaitable[T]],
+    *,
+    now: Callable[[], float],
+) -> T:
+    """Run one request's attempts with hedging: the first answer wins, the others are cancelled.
+
+    ``once(attempt)`` makes one attempt's call (inside the attempt's block: an exception is
+    judged as the driver judges it). The first attempt starts at once (after its wait, if
+    the driver waits); while no attempt has succeeded, another starts on an endpoint not yet
+    tried every hedge delay (:meth:`HedgeState.delay`) as long as ``max_attempts`` are not in
+    flight, the call site's extra-load allowance holds one and the retry loop and budget
+    allow it (:meth:`Attempts.hedge`). A failed attempt that the driver retries is replaced
+    at once (gRPC's hedging policy: no backoff); one it does not retry ends the request
+    only when nothing else is in flight (or at once, for a CALLER fault). The first success
+    is the answer: the other attempts are cancelled through their permits, neither a
+    success nor a failure.
+    """
+    hedge = state.hedge
+    state.started()
+    first = await tries.first()
+    answer: list[T] = []
+    won = [False]
+    fatal: list[BaseException] = []
+    failures: list[BaseException] = []
+    live: set[AttemptScope] = set()
+    retries = [0]
+    poke = [anyio.Event()]
+
+    async def run(attempt: AttemptScope, is_hedge: bool, task_group: anyio.abc.TaskGroup) -> None:  # noqa: FBT001
+        started = now()
+        try:
+            async with attempt:
+                value = await once(attempt)
+        except Exception as exc:  # noqa: BLE001 - judged by the driver, not retried: this attempt's final error
+            if attempt.step is Next.NOT_RETRYABLE:
+                fatal.append(exc)
+                _supersede(live, attempt)
+                task_group.cancel_scope.cancel()
+            else:
+                failures.append(exc)
+        else:
+            if attempt.step is Next.RETRY:
+                retries[0] += 1
+            elif attempt.step is None and not answer:
+                answer.append(value)
+                won[0] = is_hedge
+                state.observe(now() - started)
+                _supersede(live, attempt)
+                task_group.cancel_scope.cancel()
+        finally:
+            live.discard(attempt)
+            poke[0].set()
+
+    def start(task_group: anyio.abc.TaskGroup, attempt: AttemptScope, is_hedge: bool) -> None:  # noqa: FBT001
+        live.add(attempt)
+        task_group.start_soon(run, attempt, is_hedge, task_group)
+
+    async with anyio.create_task_group() as task_group:
+        start(task_group, first, False)
+        hedging = True
+        delay = state.delay()
+        next_at = None if delay is None else now() + delay
+        while True:
+            if retries[0]:
+                retries[0] -= 1
+                await tries.drop_kept()  # a failed answer kept so far is not the answer now
+                attempt = tries.next()
+                if attempt is not None:
+                    start(task_group, attempt, False)
+                continue
+            if not live:
+                break
+            timeout = math.inf
+            if hedging and next_at is not None and len(live) < hedge.max_attempts:
+                timeout = max(0.0, next_at - now())
+            with anyio.move_on_after(timeout):
+                await poke[0].wait()
+            if poke[0].is_set():
+                poke[0] = anyio.Event()
+                continue
+            # The hedge delay passed with no answer.
+            attempt = tries.hedge() if state.may_hedge() else None
+            if attempt is None:
+                hedging = False  # the allowance, the budget or the pool is spent for this request
+                continue
+            state.spend()
+            start(task_group, attempt, True)
+            delay = state.delay()
+            next_at = None if delay is None else now() + delay
+    if answer:
+        if won[0]:
+            state.won += 1
+        await tries.drop_kept()
+        return answer[0]
+    if fatal:
+        raise fatal[0]
+    if failures and tries.kept() is None:
+        raise failures[-1]  # annotated by its attempt's block
+    return tries.outcome()  # type: ignore[no-any-return] # a kept failed result, or the last error
+
+
+def _supersede(live: set[AttemptScope], winner: AttemptScope) -> None:
+    """Every attempt still in flight lost the race: its cancellation will not count."""
+    for attempt in live:
+        if attempt is not winner:
+            attempt.superseded = True
+
+
+def check_hedge(hedge: object) -> Hedge | None:
+    """``hedge`` as given, if it is a :class:`Hedge` or None; ConfigError otherwise."""
+    if hedge is None or isinstance(hedge, Hedge):
+        return hedge
+    raise ConfigError("hedge", f"must be a poise.Hedge(...) or None, got {hedge!r:.80}")

@@ -48,6 +48,9 @@ class PoolListener(Protocol):
     def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
         """An endpoint's adaptive concurrency limit moved a step (a quarter, at least 2) from the last report."""
 
+    def replanned(self) -> None:
+        """The endpoints that may take permits were counted again: some may have become eligible (waiters)."""
+
 
 class NullListener:
     """A :class:`PoolListener` that ignores every report; subclass it to hear some."""
@@ -78,3 +81,6 @@ class NullListener:
 
     def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
         """Ignore a limit change."""
+
+    def replanned(self) -> None:
+        """Ignore a recount of the eligible endpoints."""

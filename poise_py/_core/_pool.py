@@ -660,10 +660,15 @@ class Pool:
             self.load.shared_faults = sat_add(self.load.shared_faults)
         return loaded
 
-    def cancel(self, state: EndpointState, ticket: Ticket) -> None:
-        """Release a permit that ended without an outcome. No window changes."""
+    def cancel(self, state: EndpointState, ticket: Ticket, *, counted: bool = True) -> None:
+        """Release a permit that ended without an outcome. No window changes.
+
+        ``counted``: counted as a cancellation (not for a hedge that lost its race: then no
+        counter remembers the permit).
+        """
         self._release(state)
-        state.cancellations = sat_add(state.cancellations)
+        if counted:
+            state.cancellations = sat_add(state.cancellations)
         if state.live:
             circuit = state.circuit
             circuit.cancel(ticket)
@@ -968,6 +973,7 @@ class Pool:
             self._loads = fast.loads
             self._pick = fast.picker.pick
             self._fast_decision = decision(_HEALTHY, fast.tier.number)
+        self.listener.replanned()
 
     @property
     def fast_scope(self) -> list[EndpointState] | None:

@@ -18,9 +18,10 @@ spends it:
 5. the budget decides: a withdrawal means RETRY, a refusal is counted in
    :attr:`Budget.denied` and ends it.
 
-There is no back-off between attempts: the next one goes to another endpoint at once (a
-deadline, if any, is the caller's: it hands each attempt what is left). No clock reads:
-time comes in as ``now``.
+A hedge (:meth:`RetryLoop.may_hedge`) is an attempt started while others are in flight:
+it needs an attempt left, an endpoint not yet tried, and a withdrawal from the same budget.
+The wait between attempts (``Backoff``) and the deadline are the driver's: it hands each
+attempt what is left. No clock reads: time comes in as ``now``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,14 @@ class RetryLoop:
         """An attempt goes to ``endpoint_id``."""
         self._made += 1
         self._tried.append(endpoint_id)
+
+    def may_hedge(self, now: float, *, pool_size: int | None = None) -> bool:
+        """Whether a hedge may start now (a True has withdrawn from the budget, as a retry does)."""
+        if self._made >= self._attempts or not self._made:
+            return False
+        if pool_size is not None and len(self._tried) >= pool_size:
+            return False
+        return self._budget.try_withdraw(now)
 
     def after_fault(
         self, fault: Fault, now: float, *, pool_size: int | None = None, time_left: float | None = None

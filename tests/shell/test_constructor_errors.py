@@ -57,6 +57,8 @@ REQUIRED: dict[type, dict[str, Any]] = {
     poise.FaultError: {"fault": poise.Fault.SUSPECT},
     PoiseTransport: {"lb": LB, "host": "api.internal", "transport": QUIET_TRANSPORT},
     BalancedChannel: {"lb": LB},
+    poise.Hedge: {"delay": 0.05},
+    poise.Quantile: {"q": 0.95},
 }
 """The arguments each constructor with a required argument needs to succeed (the others take none)."""
 
@@ -74,6 +76,7 @@ NOT_CONFIGURATION = {
     "EventStream",
     "HealthSnapshot",
     "OpenWait",
+    "PendingPermit",
     "Permit",
     "PoolCounters",
     "PoolSnapshot",
