@@ -501,7 +501,10 @@ class LoadBalancer(PermitIssuer):
         telemetry = self._telemetry
         return _reread(
             lambda now: telemetry.statistics(
-                now, retries_denied=self._budget.denied, readiness_failures=self._membership.readiness_failures
+                now,
+                retries_denied=self._budget.denied,
+                readiness_failures=self._membership.readiness_failures,
+                tails=(*self._internals.hedge_totals(), self._waiting.waited, self._waiting.expired),
             ),
             self._clock,
         )

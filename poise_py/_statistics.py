@@ -49,6 +49,11 @@ class PoolCounters:
         readiness_failures: endpoint readiness checks that failed (and quarantined it).
         events_dropped: events a slow ``lb.events()`` subscriber lost (drop-oldest).
         log_lines_suppressed: log lines held back by the per-endpoint rate limit.
+        hedged_requests: ``lb.call`` (transport, channel) requests made with a hedge policy.
+        hedges_sent: hedges sent (the load hedging added is ``hedges_sent / hedged_requests``).
+        hedges_won: hedges whose answer was the request's answer.
+        waits: callers that found no eligible endpoint and waited (``acquire(wait=...)``).
+        waits_expired: waiters whose wait ended before an endpoint became eligible.
     """
 
     issued: int
@@ -70,6 +75,11 @@ class PoolCounters:
     readiness_failures: int
     events_dropped: int
     log_lines_suppressed: int
+    hedged_requests: int = 0
+    hedges_sent: int = 0
+    hedges_won: int = 0
+    waits: int = 0
+    waits_expired: int = 0
 
 
 @attrs.frozen(kw_only=True)

@@ -528,12 +528,20 @@ class Telemetry:
             total += state.successes
         return total
 
-    def statistics(self, now: float, *, retries_denied: int, readiness_failures: int = 0) -> BalancerStatistics:
+    def statistics(
+        self,
+        now: float,
+        *,
+        retries_denied: int,
+        readiness_failures: int = 0,
+        tails: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0),
+    ) -> BalancerStatistics:
         """Freeze every counter, pool-wide and per live endpoint.
 
         Changes nothing (no alert evaluated, nothing folded), so a metrics reader may call
         it from its own thread; it copies what it iterates (a dict that changes size under
-        it raises RuntimeError, and the caller reads again).
+        it raises RuntimeError, and the caller reads again). ``tails``: hedged requests,
+        hedges sent, hedges won, waits and expired waits.
         """
         pool = self._pool
         totals = self._departed.copy()
@@ -571,6 +579,11 @@ class Telemetry:
             readiness_failures=_sat(readiness_failures),
             events_dropped=_sat(self.events_dropped),
             log_lines_suppressed=_sat(self.log.limiter.suppressed),
+            hedged_requests=_sat(tails[0]),
+            hedges_sent=_sat(tails[1]),
+            hedges_won=_sat(tails[2]),
+            waits=_sat(tails[3]),
+            waits_expired=_sat(tails[4]),
         )
         return BalancerStatistics(
             pool=pool_counters,

@@ -59,20 +59,23 @@ class _Waiter:
         self.key = key
         self.exclude = exclude
         self.deadline = deadline
-        self.event = anyio.Event()
+        self.event: anyio.Event | None = None  # made by the waiting task (the queue itself is sans-IO)
         self.permit: Permit | None = None
         self.error: BaseException | None = None
         self.settled = False
 
     def grant(self, permit: Permit) -> None:
         self.permit = permit
-        self.settled = True
-        self.event.set()
+        self._settle()
 
     def refuse(self, error: BaseException) -> None:
         self.error = error
+        self._settle()
+
+    def _settle(self) -> None:
         self.settled = True
-        self.event.set()
+        if self.event is not None:
+            self.event.set()
 
 
 class WaitQueue:
@@ -137,7 +140,7 @@ class WaitQueue:
             self._remove(waiter)
         permit, waiter.permit = waiter.permit, None
         if permit is not None and not permit.done:
-            permit.cancel()  # handed over but never taken up: no strike, no success
+            permit.cancel(superseded=True)  # handed over, never taken up: no strike, no success, not counted
 
     def close(self, error: BaseException) -> None:
         """The balancer stops: every waiter ends with ``error``."""
@@ -206,7 +209,9 @@ class WaitQueue:
     async def wait(self, waiter: _Waiter) -> Permit:
         """Sleep until ``waiter`` is served (its permit) or refused (raises); cancellation leaves no trace."""
         try:
-            await waiter.event.wait()
+            if not waiter.settled:
+                waiter.event = anyio.Event()
+                await waiter.event.wait()
         except BaseException:
             self.leave(waiter)
             raise

@@ -230,6 +230,16 @@ _COUNTERS: tuple[tuple[str, str, str, _Reader], ...] = (
         _pool("readiness_failures"),
     ),
     ("poise.dropped_events", "{event}", "Events slow subscribers lost.", _pool("events_dropped")),
+    ("poise.hedged_requests", "{request}", "Requests made with a hedge policy.", _pool("hedged_requests")),
+    ("poise.hedges", "{hedge}", "Hedges sent (extra attempts while the first was in flight).", _pool("hedges_sent")),
+    ("poise.winning_hedges", "{hedge}", "Hedges whose answer was the request's answer.", _pool("hedges_won")),
+    ("poise.waits", "{caller}", "Callers that waited for an eligible endpoint.", _pool("waits")),
+    (
+        "poise.expired_waits",
+        "{caller}",
+        "Waiters whose wait ended before an endpoint was eligible.",
+        _pool("waits_expired"),
+    ),
     (
         "poise.suppressed_log_lines",
         "{line}",

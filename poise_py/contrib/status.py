@@ -166,6 +166,9 @@ def _pool_json(stats: BalancerStatistics) -> dict[str, Any]:
         "suppressed_ejections": p.suppressed_ejections,
         "probes": p.probes,
         "retries_denied": p.retries_denied,
+        "hedges_sent": p.hedges_sent,
+        "hedges_won": p.hedges_won,
+        "waits": p.waits,
         "panics": p.panics,
         "events_dropped": p.events_dropped,
     }
