@@ -162,18 +162,17 @@ async def test_a_waiter_cancelled_after_its_permit_was_handed_over_frees_the_pro
 async def test_waiters_are_told_when_the_balancer_stops() -> None:
     lb = balancer(["a"])
     errors: list[BaseException] = []
-    async with anyio.create_task_group() as tg:
-        async with lb:
-            await rate_limit_everything(lb, 1)
+    async with anyio.create_task_group() as tg, lb:
+        await rate_limit_everything(lb, 1)
 
-            async def caller() -> None:
-                try:
-                    await lb.acquire(wait=100)
-                except poise.NotRunning as exc:
-                    errors.append(exc)
+        async def caller() -> None:
+            try:
+                await lb.acquire(wait=100)
+            except poise.NotRunning as exc:
+                errors.append(exc)
 
-            tg.start_soon(caller)
-            await anyio.sleep(1)
+        tg.start_soon(caller)
+        await anyio.sleep(1)
     assert len(errors) == 1
 
 
@@ -198,16 +197,15 @@ async def test_a_new_waiter_does_not_jump_the_queue() -> None:
 async def test_a_discovery_update_serves_waiters_on_an_empty_pool() -> None:
     publisher = poise.DiscoveryPublisher()
     lb = poise.LoadBalancer(publisher.subscribe())
-    async with lb:
-        async with anyio.create_task_group() as tg:
+    async with lb, anyio.create_task_group() as tg:
 
-            async def caller() -> None:
-                async with lb.acquire(wait=10) as permit:
-                    assert permit.endpoint.id == "late"
+        async def caller() -> None:
+            async with lb.acquire(wait=10) as permit:
+                assert permit.endpoint.id == "late"
 
-            tg.start_soon(caller)
-            await anyio.sleep(2)
-            publisher.publish(poise.Snapshot(revision=1, endpoints=(poise.Endpoint("late"),)))
+        tg.start_soon(caller)
+        await anyio.sleep(2)
+        publisher.publish(poise.Snapshot(revision=1, endpoints=(poise.Endpoint("late"),)))
 
 
 async def test_wait_is_validated() -> None:

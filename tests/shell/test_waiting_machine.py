@@ -64,7 +64,7 @@ class WaitMachine(RuleBasedStateMachine):
     def _wake(self) -> None:
         self.wakes += 1
 
-    def _signal(self, waiting: bool) -> None:  # noqa: FBT001
+    def _signal(self, waiting: bool) -> None:
         self.flag = waiting
 
     def _fire(self) -> None:
@@ -109,7 +109,7 @@ class WaitMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         i = data.draw(st.integers(0, len(self.waiters) - 1))
-        order, waiter = self.waiters.pop(i)
+        _, waiter = self.waiters.pop(i)
         self.queue.leave(waiter)  # type: ignore[arg-type]
         self.fired = False
 
