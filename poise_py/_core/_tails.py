@@ -13,7 +13,8 @@ Configuration a caller builds, and the pure state behind it; the async driver
 - :class:`HedgeState`: one call site's measured latencies (the last
   :data:`SAMPLES` successful attempts) and its extra-load allowance: each request earns
   ``max_extra_load`` of a hedge, a hedge spends one, at most :data:`BURST` are kept. The
-  allowance starts empty, so over any run ``hedges <= max_extra_load * requests``.
+  allowance starts with one hedge, so over any run ``hedges <= 1 + max_extra_load *
+  requests``.
   A hedge must also win a withdrawal from the balancer's retry budget: hedges and retries
   draw from one budget.
 - :class:`RetryBackoff`: gRPC's retry backoff (gRFC A6, "Exponential backoff"): the n-th retry
@@ -134,7 +135,7 @@ class HedgeState:
         self._next = 0
         self._sorted: list[float] = []
         self._fresh = 0
-        self._tokens = 0.0
+        self._tokens = 1.0  # one hedge to start with: a quiet call site can hedge its first slow call
         delay = hedge.delay
         self._delay: float | None = delay if isinstance(delay, float) else delay.initial
         self.requests = 0

@@ -112,7 +112,7 @@ def test_an_endpoint_zone_that_is_not_a_string_is_a_config_error(zone: Any) -> N
 async def test_an_unhashable_consistent_hash_key_is_a_config_error_naming_the_key() -> None:
     async with static_lb("a", "b", policy=poise.ConsistentHash()) as lb:
         with pytest.raises(poise.ConfigError) as caught:
-            lb.acquire(key=["user", 42])  # type: ignore[arg-type]
+            lb.acquire(key=["user", 42])  # type: ignore[call-overload]
         assert caught.value.knob == "key"
         async with lb.acquire(key=("user", 42)):  # the balancer is unharmed
             pass

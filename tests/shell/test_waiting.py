@@ -213,4 +213,4 @@ async def test_wait_is_validated() -> None:
     async with lb:
         for bad in (-1, float("nan"), "5", True):
             with pytest.raises(poise.ConfigError, match="wait"):
-                lb.acquire(wait=bad)  # type: ignore[call-overload]
+                lb.acquire(wait=bad)  # type: ignore[arg-type]

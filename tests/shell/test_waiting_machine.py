@@ -44,7 +44,13 @@ class WaitMachine(RuleBasedStateMachine):
         self.flag = False
         self.wakes = 0
         self.issued = 0
-        self.queue = WaitQueue(self._select, self._refused, lambda: self.now, self._wake, self._signal)
+        self.queue = WaitQueue(
+            self._select,  # type: ignore[arg-type]
+            self._refused,
+            lambda: self.now,
+            self._wake,
+            self._signal,
+        )
         self.waiters: list[tuple[int, object]] = []  # (join order, waiter) still waiting
         self.joined = 0
         self.served: list[tuple[int, int]] = []  # (permit serial, join order)
