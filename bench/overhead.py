@@ -7,7 +7,9 @@ the 10-endpoint cost, on Trio and then on asyncio; then (Trio) the cost of recor
 outcomes with rate windows enabled, as a multiple of the default circuit's cost; then the
 cost of load control (slow start, concurrency caps, adaptive limits: docs/overload.md) at
 10 endpoints, as a multiple of the same policy with it off (issue 36's goal: slow start
-and adaptive limits together at most 1.3x). Every
+and adaptive limits together at most 1.3x); then ``lb.call`` on a no-op function, plain and
+with each of its options, as a multiple of the same call written by hand around
+``acquire`` (issue 39's goal: ``lb.call`` without hedge or wait unchanged). Every
 row's balancer (or peer) runs side by side with the others, and they are timed in
 interleaved rounds, each sample against a bare ``async with`` timed right before it; a
 figure is the median over the rounds, so a change of the machine's load falls on every
@@ -66,6 +68,35 @@ async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
             pass
 
 
+async def _noop(endpoint: poise.Endpoint) -> None:
+    return None
+
+
+async def by_hand_loop(lb: poise.LoadBalancer, n: int) -> None:
+    acquire = lb.acquire
+    for _ in range(n):
+        async with acquire() as permit:
+            await _noop(permit.endpoint)
+
+
+def call_loop(**options: object) -> Callable[[poise.LoadBalancer, int], Awaitable[None]]:
+    async def loop(lb: poise.LoadBalancer, n: int) -> None:
+        call = lb.call
+        for _ in range(n):
+            await call(_noop, **options)  # type: ignore[arg-type]
+
+    return loop
+
+
+CALLS: list[tuple[str, Callable[[poise.LoadBalancer, int], Awaitable[None]]]] = [
+    ("acquire, by hand", by_hand_loop),
+    ("lb.call", call_loop()),
+    ("lb.call, wait=1 (eligible)", call_loop(wait=1.0)),
+    ("lb.call, hedge (never fires)", call_loop(hedge=poise.Hedge(delay=60.0))),
+    ("lb.call, backoff + deadline", call_loop(backoff=poise.RetryBackoff(), deadline=60.0)),
+]
+"""``lb.call`` rows (RoundRobin, 10 endpoints); the first, the same call written by hand, is the baseline."""
+
 POLICIES: list[tuple[str, Callable[[], poise.Policy]]] = [
     ("RoundRobin", poise.RoundRobin),
     ("PowerOfTwoChoices", poise.PowerOfTwoChoices),
@@ -111,7 +142,9 @@ LOAD_GOAL = 1.3
 """Issue 36: slow start and adaptive limits on cost at most this multiple of them off."""
 
 
-async def main(iterations: int, rounds: int, backend: str, *, windows: bool, peers: bool, load: bool = True) -> None:
+async def main(
+    iterations: int, rounds: int, backend: str, *, windows: bool, peers: bool, load: bool = True, calls: bool = True
+) -> None:
     async with contextlib.AsyncExitStack() as stack:
         bodies: list[Callable[[int], Awaitable[None]]] = []
         for _, policy in POLICIES:
@@ -133,6 +166,10 @@ async def main(iterations: int, rounds: int, backend: str, *, windows: bool, pee
             for _, balancer in LOADS:
                 lb = await stack.enter_async_context(balancer(policy()))
                 bodies.append(functools.partial(acquire_loop, lb))
+        first_call = len(bodies)
+        for _, loop in CALLS if calls else []:
+            lb = await stack.enter_async_context(make_lb(poise.RoundRobin(), 10))
+            bodies.append(functools.partial(loop, lb))
         samples = await interleaved(bodies, iterations, rounds)
 
     base = statistics.median(b for body in samples for _, b in body)
@@ -174,6 +211,15 @@ async def main(iterations: int, rounds: int, backend: str, *, windows: bool, pee
                 ratio = statistics.median(per_round(row, off))
                 cost = median_cost(row) * 1e6
                 print(f"{policy_name:<19}{name:<34}{cost:>10.3f}{median_over_bare(row):>9.2f}{ratio:>8.2f}")
+    if calls:
+        print()
+        print("lb.call on a no-op (RoundRobin, 10 eps), as a multiple of the same call by hand around acquire")
+        print(f"{'call':<34}{'us/call':>10}{'x bare':>9}{'x by hand':>11}")
+        by_hand = samples[first_call]
+        for k, (name, _) in enumerate(CALLS):
+            row = samples[first_call + k]
+            ratio = statistics.median(per_round(row, by_hand))
+            print(f"{name:<34}{median_cost(row) * 1e6:>10.3f}{median_over_bare(row):>9.2f}{ratio:>11.2f}")
 
 
 if __name__ == "__main__":
@@ -183,15 +229,11 @@ if __name__ == "__main__":
     parser.add_argument("--backend", choices=["trio", "asyncio", "both"], default="both")
     parser.add_argument("--peers", action="store_true", help="also time the installed breaker libraries")
     parser.add_argument("--no-load", action="store_true", help="skip the load-control rows")
+    parser.add_argument("--no-calls", action="store_true", help="skip the lb.call rows")
     args = parser.parse_args()
+    sections = {"peers": args.peers, "load": not args.no_load, "calls": not args.no_calls}
     if args.backend in ("trio", "both"):
-        trio.run(
-            functools.partial(
-                main, args.iterations, args.rounds, "trio", windows=True, peers=args.peers, load=not args.no_load
-            )
-        )
+        trio.run(functools.partial(main, args.iterations, args.rounds, "trio", windows=True, **sections))
     if args.backend in ("asyncio", "both"):
         print()
-        asyncio.run(
-            main(args.iterations, args.rounds, "asyncio", windows=False, peers=args.peers, load=not args.no_load)
-        )
+        asyncio.run(main(args.iterations, args.rounds, "asyncio", windows=False, **sections))

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from ._endpoint import Endpoint
     from ._permit import Permit
 
-__all__ = ["Attempt", "AttemptScope", "Attempts"]
+__all__ = ["Attempt", "AttemptScope", "Attempts", "Pacing"]
 
 Classify = Callable[[Exception], Fault | Classification]
 """How an attempt's exception is judged (the balancer's classifier, or an integration's own)."""
@@ -99,15 +99,12 @@ class Attempts:
         deadline: when the request's time ends on the balancer's clock, or None.
         discard: releases a failed result the request will not answer with after all
             (another attempt started), or None.
-        wait_acquire: takes the first attempt's permit, waiting for an eligible endpoint
-            (``acquire(wait=...)``), or None to take it at once.
-        backoff: the delay between a failed attempt and the retry, or None (at once).
-        random: a uniform draw in [0, 1) for the backoff's jitter.
+        pacing: how the attempts wait (:class:`Pacing`), or None: at once, one after
+            another (the common request pays for nothing it does not use).
     """
 
     __slots__ = (
         "_acquire",
-        "_backoff",
         "_classify",
         "_deadline",
         "_discard",
@@ -115,12 +112,11 @@ class Attempts:
         "_error",
         "_loop",
         "_now",
+        "_pacing",
         "_pool_size",
         "_pushback",
-        "_random",
         "_result",
         "_started",
-        "_wait_acquire",
         "history",
     )
 
@@ -134,15 +130,12 @@ class Attempts:
         pool_size: Callable[[], int],
         deadline: float | None = None,
         discard: Callable[[Any], Awaitable[None]] | None = None,
-        wait_acquire: Callable[[Collection[str]], Awaitable[Permit]] | None = None,
-        backoff: RetryBackoff | None = None,
-        random: Callable[[], float] | None = None,
+        pacing: Pacing | None = None,
     ) -> None:
         self._loop = loop
-        self._wait_acquire = wait_acquire
-        self._backoff = backoff
-        self._random = random
-        self._pushback: float | None = None
+        self._pacing = pacing
+        # _pushback (the last failure's retry_after) is set by the first failure: a request
+        # that succeeds at once never pays for it.
         self._acquire = acquire
         self._classify = classify
         self._now = now
@@ -163,15 +156,17 @@ class Attempts:
         if self._done:
             raise StopAsyncIteration
         attempt: AttemptScope | None
-        if not self._started and self._wait_acquire is not None:
+        pacing = self._pacing
+        if pacing is not None and not self._started and pacing.wait_acquire is not None:
             attempt = await self.first()
         else:
-            if self._backoff is not None and self._started and not await self._paced():
+            if pacing is not None and self._started and not await self._paced(pacing):
                 raise StopAsyncIteration
             attempt = self.next()
             if attempt is None:
                 raise StopAsyncIteration
-        await self.drop_kept()  # another attempt started: the kept failure is not the answer
+        if self._result is not None:
+            await self.drop_kept()  # another attempt started: the kept failure is not the answer
         return attempt
 
     async def first(self) -> AttemptScope:
@@ -179,7 +174,7 @@ class Attempts:
 
         Raises the selection error when there is none (after the wait).
         """
-        wait_acquire = self._wait_acquire
+        wait_acquire = None if self._pacing is None else self._pacing.wait_acquire
         if self._started or wait_acquire is None:
             attempt = self.next()
             if attempt is None:
@@ -194,12 +189,14 @@ class Attempts:
             raise
         return self._take(permit)
 
-    async def _paced(self) -> bool:
+    async def _paced(self, pacing: Pacing) -> bool:
         """Wait the backoff (or the server's pushback) before a retry; False when the deadline would pass first."""
-        backoff = self._backoff
-        assert backoff is not None  # noqa: S101 - called only with a backoff
-        draw = 0.0 if self._random is None else self._random()
-        delay = backoff.delay(max(1, self._loop.attempts_made), draw, self._pushback)
+        backoff = pacing.backoff
+        if backoff is None:
+            return True
+        draw = pacing.random()
+        pushback: float | None = getattr(self, "_pushback", None)
+        delay = backoff.delay(max(1, self._loop.attempts_made), draw, pushback)
         left = self.time_left()
         if left is not None and delay >= left:
             self._done = True
@@ -310,19 +307,38 @@ class Attempts:
         exc.add_note(f"poise_py: {len(attempts)} attempt(s) [{summary}]")
 
 
+@attrs.frozen
+class Pacing:
+    """How a request's attempts wait, when they do (``Attempts(pacing=...)``).
+
+    Attributes:
+        wait_acquire: takes the first attempt's permit, waiting for an eligible endpoint
+            (``acquire(wait=...)``), or None to take it at once.
+        backoff: the delay before each retry, or None (at once).
+        random: a uniform draw in [0, 1) for the backoff's jitter.
+    """
+
+    wait_acquire: Callable[[Collection[str]], Awaitable[Permit]] | None
+    backoff: RetryBackoff | None
+    random: Callable[[], float]
+
+
 class AttemptScope:
     """One try of a logical request around its own permit; ``async with attempt:`` judges how it ends."""
 
-    __slots__ = ("_attempts", "_detached", "permit", "step", "superseded")
+    __slots__ = ("_attempts", "_detached", "_step", "permit")
 
     def __init__(self, attempts: Attempts, permit: Permit) -> None:
         self._attempts = attempts
         self.permit = permit
         self._detached = False
-        self.superseded = False
-        """Another attempt's answer won (a hedge's race): a cancellation here is not counted."""
-        self.step: Next | None = None
+        # _step is set when the attempt fails (the common attempt succeeds and never pays for it).
+
+    @property
+    def step(self) -> Next | None:
         """What the retry loop decided after this attempt failed (None: it did not fail, or has not ended)."""
+        step: Next | None = getattr(self, "_step", None)
+        return step
 
     @property
     def endpoint(self) -> Endpoint:
@@ -339,7 +355,7 @@ class AttemptScope:
         attempt follows.
         """
         attempts = self._attempts
-        step = self.step = attempts._judged(self.permit, verdict, error)
+        step = self._step = attempts._judged(self.permit, verdict, error)
         attempts._result = result
         attempts._error = error
         return step is Next.RETRY
@@ -362,10 +378,10 @@ class AttemptScope:
             permit.succeed()
             return False
         if not isinstance(exc, Exception):
-            permit.cancel(superseded=self.superseded)  # a cancellation: neither a success nor a failure
+            permit.cancel()  # a cancellation: neither a success nor a failure
             return False
         attempts = self._attempts
-        step = self.step = attempts._judged(permit, attempts._judge(exc), exc)
+        step = self._step = attempts._judged(permit, attempts._judge(exc), exc)
         if step is Next.RETRY:
             attempts._error = exc  # swallowed: the answer if no endpoint is left to retry on
             return True

@@ -35,7 +35,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Hashable
 from typing import TYPE_CHECKING, Any
 
-from ._attempts import Attempts, Classify
+from ._attempts import Attempts, Classify, Pacing
 from ._classify import Classifier, classifier_problem
 from ._core._budget import Budget
 from ._core._pool import Pool
@@ -175,23 +175,13 @@ class BalancerInternals:
                 balancer's ``acquire``; ignored with ``acquire``).
             backoff: the delay before each retry (:class:`~poise_py.RetryBackoff`), or None.
         """
-        lb_acquire = self._acquire
-        wait_acquire: Callable[[Collection[str]], Awaitable[Permit]] | None = None
+        pacing = None if wait is None and backoff is None else self._pacing(key, wait, backoff, own=acquire is None)
         if acquire is None:
+            lb_acquire = self._acquire
 
             def acquire(exclude: Collection[str]) -> Permit:
                 permit: Permit = lb_acquire(key=key, exclude=exclude)
                 return permit
-
-            if wait is not None:
-                check_duration("wait", wait, allow_zero=True)
-
-                async def wait_acquire(exclude: Collection[str]) -> Permit:
-                    permit: Permit = await lb_acquire(key=key, exclude=exclude, wait=wait).permit()
-                    return permit
-
-        if backoff is not None and not isinstance(backoff, RetryBackoff):
-            raise ConfigError("backoff", f"must be a poise.RetryBackoff(...) or None, got {backoff!r:.80}")
 
         now = self._clock
         return Attempts(
@@ -202,10 +192,23 @@ class BalancerInternals:
             pool_size=self._pool_size,
             deadline=None if timeout is None else now() + timeout,
             discard=discard,
-            wait_acquire=wait_acquire,
-            backoff=backoff,
-            random=self._random,
+            pacing=pacing,
         )
+
+    def _pacing(self, key: Hashable | None, wait: float | None, backoff: RetryBackoff | None, *, own: bool) -> Pacing:
+        """A request's wait and backoff, checked (``own``: the balancer's ``acquire``, the only one that waits)."""
+        if backoff is not None and not isinstance(backoff, RetryBackoff):
+            raise ConfigError("backoff", f"must be a poise.RetryBackoff(...) or None, got {backoff!r:.80}")
+        wait_acquire: Callable[[Collection[str]], Awaitable[Permit]] | None = None
+        if wait is not None and own:
+            check_duration("wait", wait, allow_zero=True)
+            lb_acquire = self._acquire
+
+            async def wait_acquire(exclude: Collection[str]) -> Permit:
+                permit: Permit = await lb_acquire(key=key, exclude=exclude, wait=wait).permit()
+                return permit
+
+        return Pacing(wait_acquire, backoff, self._random)
 
     def hedging(self, hedge: Hedge, scope: Hashable = None) -> HedgeState:
         """The hedging state (measured latency, extra-load allowance) of ``hedge`` at call site ``scope``.

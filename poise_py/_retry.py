@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["RETRYABLE", "Attempt", "call_with_retries", "hedged"]
+__all__ = ["RETRYABLE", "Attempt", "call_with_options", "call_with_retries", "hedged"]
 
 
 async def call_with_retries(
@@ -37,35 +37,61 @@ async def call_with_retries(
     *,
     attempts: int,
     key: Hashable | None,
-    hedge: Hedge | None = None,
-    wait: float | None = None,
-    backoff: RetryBackoff | None = None,
-    deadline: float | None = None,
 ) -> T:
-    """The body of ``LoadBalancer.call``; see there."""
+    """The body of ``LoadBalancer.call`` without options (the common call); see there."""
+    tries = lb._internals.attempts(attempts, key=key)
+    async for attempt in tries:
+        async with attempt:
+            return await fn(attempt.endpoint, *args, **kwargs)
+    return tries.outcome()  # type: ignore[no-any-return] # every attempt failed: raises the last error
+
+
+async def call_with_options(
+    lb: LoadBalancer,
+    fn: Callable[..., Awaitable[T]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    attempts: int,
+    key: Hashable | None,
+    hedge: Hedge | None,
+    wait: float | None,
+    backoff: RetryBackoff | None,
+    deadline: float | None,
+) -> T:
+    """The body of ``LoadBalancer.call`` with a hedge, a wait, a backoff or a deadline; see there."""
     internals = lb._internals
-    if hedge is None and wait is None and backoff is None and deadline is None:
-        tries = internals.attempts(attempts, key=key)
-        async for attempt in tries:
-            async with attempt:
-                return await fn(attempt.endpoint, *args, **kwargs)
-        return tries.outcome()  # type: ignore[no-any-return] # every attempt failed: raises the last error
     if deadline is not None:
         deadline = check_duration("deadline", deadline)
     state = None if hedge is None else internals.hedging(hedge, _scope(fn))
     total = attempts if hedge is None else max(attempts, hedge.max_attempts)
-    with anyio.fail_after(math.inf if deadline is None else deadline):
-        tries = internals.attempts(total, key=key, wait=wait, backoff=backoff, timeout=deadline)
-        if state is not None:
+    tries = internals.attempts(total, key=key, wait=wait, backoff=backoff, timeout=deadline)
+    if deadline is None:
+        return await _paced(tries, state, fn, args, kwargs, now=internals.now)
+    with anyio.fail_after(deadline):
+        return await _paced(tries, state, fn, args, kwargs, now=internals.now)
 
-            async def once(attempt: AttemptScope) -> T:
-                return await fn(attempt.endpoint, *args, **kwargs)
 
-            return await hedged(tries, state, once, now=internals.now)
-        async for attempt in tries:
-            async with attempt:
-                return await fn(attempt.endpoint, *args, **kwargs)
-        return tries.outcome()  # type: ignore[no-any-return] # every attempt failed: raises the last error
+async def _paced(
+    tries: Attempts,
+    state: HedgeState | None,
+    fn: Callable[..., Awaitable[T]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    now: Callable[[], float],
+) -> T:
+    """One request with its options: hedged when ``state`` is given, else one attempt at a time."""
+    if state is not None:
+
+        async def once(attempt: AttemptScope) -> T:
+            return await fn(attempt.endpoint, *args, **kwargs)
+
+        return await hedged(tries, state, once, now=now)
+    async for attempt in tries:
+        async with attempt:
+            return await fn(attempt.endpoint, *args, **kwargs)
+    return tries.outcome()  # type: ignore[no-any-return] # every attempt failed: raises the last error
 
 
 def _scope(fn: Callable[..., Any]) -> Hashable:
@@ -178,10 +204,11 @@ async def hedged(
 
 
 def _supersede(live: set[AttemptScope], winner: AttemptScope) -> None:
-    """Every attempt still in flight lost the race: its cancellation will not count."""
+    """Every other attempt in flight lost the race: its permit ends now, counted nowhere, before its task is cancelled."""
     for attempt in live:
-        if attempt is not winner:
-            attempt.superseded = True
+        permit = attempt.permit
+        if attempt is not winner and not permit.done:
+            permit.cancel(superseded=True)
 
 
 def check_hedge(hedge: object) -> Hedge | None:
