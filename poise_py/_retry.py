@@ -204,7 +204,7 @@ async def hedged(
 
 
 def _supersede(live: set[AttemptScope], winner: AttemptScope) -> None:
-    """Every other attempt in flight lost the race: its permit ends now, counted nowhere, before its task is cancelled."""
+    """The other attempts in flight lost: each permit ends now, counted nowhere, before its task is cancelled."""
     for attempt in live:
         permit = attempt.permit
         if attempt is not winner and not permit.done:
