@@ -172,7 +172,7 @@ class BalancerInternals:
             discard: releases a failed result kept as the answer once another attempt
                 starts (an HTTP response to close).
             wait: seconds the first attempt waits for an eligible endpoint (with the
-                balancer's ``acquire``; ignored with ``acquire``).
+                balancer's ``acquire`` only: a ConfigError with ``acquire``).
             backoff: the delay before each retry (:class:`~poise_py.RetryBackoff`), or None.
         """
         pacing = None if wait is None and backoff is None else self._pacing(key, wait, backoff, own=acquire is None)
@@ -200,8 +200,10 @@ class BalancerInternals:
         if backoff is not None and not isinstance(backoff, RetryBackoff):
             raise ConfigError("backoff", f"must be a poise.RetryBackoff(...) or None, got {backoff!r:.80}")
         wait_acquire: Callable[[Collection[str]], Awaitable[Permit]] | None = None
-        if wait is not None and own:
+        if wait is not None:
             check_duration("wait", wait, allow_zero=True)
+            if not own:
+                raise ConfigError("wait", "waits only with the balancer's own acquire (no acquire= given)")
             lb_acquire = self._acquire
 
             async def wait_acquire(exclude: Collection[str]) -> Permit:

@@ -65,8 +65,8 @@ class PermitIssuer:
     def acquire(
         self, *, key: Hashable | None = None, exclude: Collection[str] = NO_EXCLUDE, wait: float
     ) -> PendingPermit: ...
-    def acquire(
-        self, *, key: Hashable | None = None, exclude: Collection[str] = NO_EXCLUDE, wait: float | None = None
+    def acquire(  # ``wait: object``: the compiled build would refuse a bad type before the check names it
+        self, *, key: Hashable | None = None, exclude: Collection[str] = NO_EXCLUDE, wait: object = None
     ) -> Permit | PendingPermit:
         """Reserve a permit for one call.
 

@@ -143,9 +143,13 @@ async def hedged(
             else:
                 failures.append(exc)
         else:
-            if attempt.step is Next.RETRY:
+            step = attempt.step
+            if step is Next.RETRY:
                 retries[0] += 1
-            elif attempt.step is None and not answer:
+            elif step is Next.NOT_RETRYABLE:  # a failed result that says the request is bad (a 4xx): it is the answer
+                _supersede(live, attempt)
+                task_group.cancel_scope.cancel()
+            elif step is None and not answer:
                 answer.append(value)
                 won[0] = is_hedge
                 state.observe(now() - started)
@@ -167,9 +171,9 @@ async def hedged(
         while True:
             if retries[0]:
                 retries[0] -= 1
-                await tries.drop_kept()  # a failed answer kept so far is not the answer now
                 attempt = tries.next()
                 if attempt is not None:
+                    await tries.drop_kept()  # another attempt started: a failed answer kept so far is not the answer
                     start(task_group, attempt, False)
                 continue
             if not live:

@@ -253,12 +253,12 @@ class PendingPermit:
         queue: WaitQueue,
         key: Hashable | None,
         exclude: Collection[str],
-        wait: float,
+        wait: object,
     ) -> None:
         self._queue = queue
         self._key = key
         self._exclude = exclude
-        self._wait = check_duration("wait", wait, allow_zero=True)
+        self._wait = check_duration("wait", wait, allow_zero=True)  # type: ignore[arg-type] # checked here
         self._permit: Permit | None = None
         self._first: Permit | SelectionError = queue.first(key, exclude)
 

@@ -26,15 +26,18 @@ unary-unary method named in ``idempotent`` is retried on an endpoint not yet tri
 a TRANSIENT, SUSPECT, FATAL or PERMANENT outcome, within ``attempts``, the deadline and
 the balancer's retry budget (the retry decision ``lb.call`` uses,
 :class:`~poise_py._core._retry.RetryLoop` from ``lb._internals``, told the time left and
-the pool's size). A streaming call holds its permit until its response stream ends.
-grpc.aio runs on asyncio only: on Trio every call raises :class:`AsyncioOnlyError`. The
-channel uses the balancer's public API plus that one internal interface.
+the pool's size). A unary-unary method the channel's ``hedge=`` covers is hedged, and
+``wait=`` lets a unary-unary call's first attempt wait for an eligible endpoint, both on
+the retry driver ``lb.call`` uses (``lb._internals.attempts`` and ``hedged``). A
+streaming call holds its permit until its response stream ends. grpc.aio runs on asyncio
+only: on Trio every call raises :class:`AsyncioOnlyError`. The channel uses the
+balancer's public API plus that one internal interface.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Callable, Collection, Hashable, Iterable
+from collections.abc import AsyncIterable, Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
 from .._internal import missing_extra
@@ -45,9 +48,9 @@ try:
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess by the packaging test
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.grpc", "grpc"), name=_missing.name) from None
 
-from .. import Classification, Classifier, ConfigError, Endpoint, Fault, LoadBalancer, Permit
+from .. import Classification, Classifier, ConfigError, Endpoint, Fault, Hedge, LoadBalancer, Permit
 from .. import classify as _classify
-from .._internal import check_attempts, classifier_problem
+from .._internal import check_attempts, check_duration, classifier_problem, hedged
 
 __all__ = ["AsyncioOnlyError", "BalancedChannel", "ChannelFactory", "GrpcEndpoint", "endpoint_target"]
 
@@ -205,6 +208,31 @@ class ChannelFactory:
         await resource.aclose()
 
 
+def _checked(permit: Permit) -> Permit:
+    """``permit``, if its resource is a :class:`GrpcEndpoint`; else it is cancelled and ConfigError raised."""
+    if not isinstance(permit.resource, GrpcEndpoint):
+        permit.cancel()
+        raise ConfigError(
+            "endpoint_factory",
+            f"BalancedChannel needs GrpcEndpoint resources (endpoint_factory=ChannelFactory()); "
+            f"endpoint {permit.endpoint.id!r} has {permit.resource!r}",
+        )
+    return permit
+
+
+def _check_hedge(hedge: object) -> tuple[Hedge | None, dict[str, Hedge]]:
+    """``hedge=`` as (the Hedge for every method, the Hedge of each method named), or ConfigError."""
+    if hedge is None or isinstance(hedge, Hedge):
+        return hedge, {}
+    what = "a poise.Hedge(...), a mapping of '/package.Service/Method' names to one each, or None"
+    if not isinstance(hedge, Mapping):
+        raise ConfigError("hedge", f"must be {what}, got {hedge!r:.80}")
+    for method, each in hedge.items():
+        if not (isinstance(method, str) and method.startswith("/")) or not isinstance(each, Hedge):
+            raise ConfigError("hedge", f"must be {what}, got {method!r:.80}: {each!r:.80}")
+    return None, dict(hedge)
+
+
 def _report(permit: Permit, verdict: Fault | Classification) -> Fault:
     """Report ``verdict`` on ``permit``; the fault recorded."""
     if isinstance(verdict, Classification):
@@ -227,6 +255,19 @@ class BalancedChannel:
             methods that may be sent again to another endpoint.
         attempts: tries per call of an idempotent method (default 3).
         key: ``(method, request) -> key`` for hashing policies (None: no key).
+        hedge: hedged calls of unary-unary methods: a :class:`poise_py.Hedge` for every
+            one (only if every method is safe to send twice), or a mapping of full method
+            names to a Hedge each (methods absent are not hedged); None (default): no
+            hedging. A hedged call is sent again to an endpoint not yet tried when no
+            answer came within the hedge's delay; the first success is the answer and the
+            others are cancelled through their permits (no strike, no success). It makes at
+            most ``max(attempts, hedge.max_attempts)`` attempts (``hedge.max_attempts`` for
+            a method not in ``idempotent``), retries included, as ``lb.call`` does. Latency
+            is measured per method. Streaming calls are never hedged.
+        wait: seconds a unary-unary call's first attempt waits, first come first served,
+            for an eligible endpoint when none is (``lb.acquire(wait=...)``), within the
+            call's ``timeout``; None (default) raises the selection error at once.
+            Retries, hedges and streaming calls never wait.
     """
 
     def __init__(
@@ -237,6 +278,8 @@ class BalancedChannel:
         idempotent: Collection[str] = (),
         attempts: int = 3,
         key: KeyFn | None = None,
+        hedge: Hedge | Mapping[str, Hedge] | None = None,
+        wait: float | None = None,
     ) -> None:
         if not isinstance(lb, LoadBalancer):
             raise ConfigError("lb", f"must be a LoadBalancer, got {lb!r}")
@@ -249,6 +292,10 @@ class BalancedChannel:
         check_attempts(attempts)
         if key is not None and not callable(key):
             raise ConfigError("key", f"must be a callable (method, request) -> key, got {key!r}")
+        self._hedge_all, self._hedges = _check_hedge(hedge)
+        if wait is not None:
+            wait = check_duration("wait", wait, allow_zero=True)
+        self._wait = wait
         self._lb = lb
         self._classifier = classifier if classifier is not None else _classify.grpc()
         self._idempotent = frozenset(methods)
@@ -266,10 +313,16 @@ class BalancedChannel:
         *,
         idempotent: bool | None = None,
     ) -> UnaryUnary:
-        """A callable for a unary-unary method; ``idempotent=True`` opts it into retries."""
+        """A callable for a unary-unary method; ``idempotent=True`` opts it into retries (``hedge=``: hedging)."""
         retry = method in self._idempotent if idempotent is None else idempotent
         return UnaryUnary(
-            self, method, request_serializer, response_deserializer, registered=_registered_method, retry=retry
+            self,
+            method,
+            request_serializer,
+            response_deserializer,
+            registered=_registered_method,
+            retry=retry,
+            hedge=self._hedges.get(method, self._hedge_all),
         )
 
     def unary_stream(
@@ -321,18 +374,10 @@ class BalancedChannel:
 
     # -- shared by the callables ---------------------------------------------------------
 
-    def _acquire(self, method: str, request: Any, tried: Collection[str] = ()) -> Permit:
+    def _acquire(self, method: str, request: Any) -> Permit:
         _require_asyncio()
         key = self._key(method, request) if self._key is not None else None
-        permit = self._lb.acquire(key=key, exclude=tried)
-        if not isinstance(permit.resource, GrpcEndpoint):
-            permit.cancel()
-            raise ConfigError(
-                "endpoint_factory",
-                f"BalancedChannel needs GrpcEndpoint resources (endpoint_factory=ChannelFactory()); "
-                f"endpoint {permit.endpoint.id!r} has {permit.resource!r}",
-            )
-        return permit
+        return _checked(self._lb.acquire(key=key))
 
     def _fail(self, permit: Permit, exc: Exception) -> Fault:
         """Report a failed call on ``permit``; returns the fault recorded."""
@@ -384,27 +429,39 @@ class UnaryUnary(_BalancedCallable):
         *,
         registered: bool,
         retry: bool,
+        hedge: Hedge | None = None,
     ) -> None:
         super().__init__(channel, "unary_unary", method, serializer, deserializer, registered=registered)
         self._retry = retry
+        self._hedge = hedge
 
     async def __call__(self, request: Any, *, timeout: float | None = None, **kwargs: Any) -> Any:  # noqa: ASYNC109 - grpc's own signature
-        """Send ``request`` to a chosen endpoint; ``timeout`` bounds every attempt together.
+        """Send ``request`` to a chosen endpoint; ``timeout`` bounds every attempt together, the wait included.
 
         Other keyword arguments (``metadata``, ``credentials``, ``wait_for_ready``,
         ``compression``) go to each attempt unchanged.
         """
+        _require_asyncio()
         channel = self._channel
-        method = self._method
-        tries = channel._lb._internals.attempts(
-            channel._attempts if self._retry else 1,
-            acquire=lambda tried: channel._acquire(method, request, tried),
-            classify=channel._classifier,
-            timeout=timeout,
-        )
+        internals = channel._lb._internals
+        key = channel._key(self._method, request) if channel._key is not None else None
+        attempts = channel._attempts if self._retry else 1
+        hedge = self._hedge
+        if hedge is not None:
+            attempts = max(attempts, hedge.max_attempts)
+        wait = channel._wait
+        if wait is not None and isinstance(timeout, int | float):
+            wait = max(0.0, min(wait, timeout))  # the call's deadline includes its wait
+        tries = internals.attempts(attempts, key=key, classify=channel._classifier, timeout=timeout, wait=wait)
+        if hedge is not None:
+
+            async def once(attempt: Any) -> Any:  # attempt: the driver's AttemptScope
+                return await self._stub(_checked(attempt.permit))(request, timeout=tries.time_left(), **kwargs)
+
+            return await hedged(tries, internals.hedging(hedge, self._method), once, now=internals.now)
         async for attempt in tries:
             async with attempt:
-                return await self._stub(attempt.permit)(request, timeout=tries.time_left(), **kwargs)
+                return await self._stub(_checked(attempt.permit))(request, timeout=tries.time_left(), **kwargs)
         return tries.outcome()  # nowhere else to go: raises the last real error
 
 

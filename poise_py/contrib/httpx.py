@@ -35,13 +35,17 @@ again and again.
 
 Retries (``attempts > 1``, idempotent methods with a replayable body) follow the retry
 decision ``lb.call`` uses (:class:`~poise_py._core._retry.RetryLoop`, from
-``lb._internals``), with the pool's size: no retry once every endpoint was tried. The
-transport uses the balancer's public API plus that one internal interface.
+``lb._internals``), with the pool's size: no retry once every endpoint was tried.
+Hedging (``hedge=poise.Hedge(...)``, for the methods in ``hedge_methods``: the idempotent
+ones by default) and waiting for an eligible endpoint (``wait=``) run on the same retry
+driver as ``lb.call`` (``lb._internals.attempts`` and ``hedged``). The transport uses the
+balancer's public API plus that one internal interface.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 import anyio
@@ -53,9 +57,9 @@ try:
 except ImportError:
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.httpx", "httpx"), name="httpx") from None
 
-from .. import Classification, Classifier, ConfigError, Endpoint, Fault, LoadBalancer, Permit
+from .. import Classification, Classifier, ConfigError, Endpoint, Fault, Hedge, LoadBalancer, Permit
 from .. import classify as _classify
-from .._internal import check_attempts, classifier_problem
+from .._internal import check_attempts, check_duration, classifier_problem, hedged
 
 __all__ = ["ALLOW_HTTP_DOWNGRADE", "IDEMPOTENT_METHODS", "PoiseTransport", "balanced_client", "endpoint_url"]
 
@@ -65,7 +69,7 @@ ALLOW_HTTP_DOWNGRADE = "allow_http_downgrade"
 _SCHEMES = frozenset({"http", "https"})
 
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
-"""Methods that may be sent again to another endpoint when ``attempts > 1``."""
+"""Methods that may be sent again to another endpoint when ``attempts > 1`` (and are hedged by default)."""
 
 
 def endpoint_url(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
@@ -164,6 +168,9 @@ def balanced_client(
     gateway: Fault = Fault.SUSPECT,
     attempts: int = 1,
     key: Any = None,
+    hedge: Hedge | None = None,
+    hedge_methods: Collection[str] = IDEMPOTENT_METHODS,
+    wait: float | None = None,
     **client_kwargs: Any,
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` for ``base_url`` whose requests for its host go through ``lb``.
@@ -183,6 +190,9 @@ def balanced_client(
         gateway: the fault for 502/503/504 responses (as for :class:`PoiseTransport`).
         attempts: tries per idempotent request (as for :class:`PoiseTransport`).
         key: request -> hashing key (as for :class:`PoiseTransport`).
+        hedge: hedged requests (as for :class:`PoiseTransport`).
+        hedge_methods: the methods hedged (as for :class:`PoiseTransport`).
+        wait: seconds a request waits for an eligible endpoint (as for :class:`PoiseTransport`).
         **client_kwargs: anything else ``httpx.AsyncClient`` takes (``timeout``,
             ``headers``, ``mounts``...).
     """
@@ -195,7 +205,16 @@ def balanced_client(
             "base_url", f"must be an http(s) URL with a host, such as 'http://api.internal', got {base_url!r:.80}"
         )
     balanced = PoiseTransport(
-        lb, host=url.host, transport=transport, classifier=classifier, gateway=gateway, attempts=attempts, key=key
+        lb,
+        host=url.host,
+        transport=transport,
+        classifier=classifier,
+        gateway=gateway,
+        attempts=attempts,
+        key=key,
+        hedge=hedge,
+        hedge_methods=hedge_methods,
+        wait=wait,
     )
     return httpx.AsyncClient(base_url=url, transport=balanced, **client_kwargs)
 
@@ -221,6 +240,19 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             FATAL or PERMANENT outcome, within the balancer's retry budget. The last
             response (or error) is what the caller gets.
         key: request -> hashing key for hashing policies (None: no key).
+        hedge: hedged requests (:class:`poise_py.Hedge`), or None (default). A request
+            whose method is in ``hedge_methods`` and whose body is replayable is sent again
+            to an endpoint not yet tried when no answer came within the hedge's delay; the
+            first success is the answer and the others are cancelled through their
+            permits (no strike, no success), their responses closed. Such a request makes
+            at most ``max(attempts, hedge.max_attempts)`` attempts, retries included, as
+            ``lb.call`` does. Latency is measured per method (the call site
+            ``("httpx", method)``).
+        hedge_methods: the methods hedged (default :data:`IDEMPOTENT_METHODS`); name POST
+            here only if sending a POST twice is safe.
+        wait: seconds a request's first attempt waits, first come first served, for an
+            eligible endpoint when none is (``lb.acquire(wait=...)``); None (default)
+            raises the selection error at once. Retries and hedges never wait.
     """
 
     def __init__(
@@ -233,6 +265,9 @@ class PoiseTransport(httpx.AsyncBaseTransport):
         gateway: Fault = Fault.SUSPECT,
         attempts: int = 1,
         key: Any = None,
+        hedge: Hedge | None = None,
+        hedge_methods: Collection[str] = IDEMPOTENT_METHODS,
+        wait: float | None = None,
     ) -> None:
         if not isinstance(lb, LoadBalancer):
             raise ConfigError("lb", f"must be a LoadBalancer, got {lb!r:.80}")
@@ -249,6 +284,13 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             )
         if classifier is not None and not callable(classifier):
             raise ConfigError("classifier", classifier_problem(classifier))
+        if hedge is not None and not isinstance(hedge, Hedge):
+            raise ConfigError("hedge", f"must be a poise.Hedge(...) or None, got {hedge!r:.80}")
+        self._hedge_methods = _check_methods(hedge_methods)
+        if wait is not None:
+            wait = check_duration("wait", wait, allow_zero=True)
+        self._hedge = hedge
+        self._wait = wait
         self._lb = lb
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._classifier = classifier if classifier is not None else _classify.http(gateway=gateway)
@@ -274,10 +316,16 @@ class PoiseTransport(httpx.AsyncBaseTransport):
         """Send ``request`` to an endpoint chosen by the balancer and report the outcome."""
         self._check_host(request.url)
         attempts = self._attempts
-        if attempts > 1 and not (request.method in IDEMPOTENT_METHODS and isinstance(request.stream, httpx.ByteStream)):
+        replayable = isinstance(request.stream, httpx.ByteStream)
+        if attempts > 1 and not (request.method in IDEMPOTENT_METHODS and replayable):
             attempts = 1
         key = self._key(request) if self._key is not None else None
-        tries = self._lb._internals.attempts(attempts, key=key, classify=self._classifier, discard=_close)
+        hedge = self._hedge
+        if hedge is not None and replayable and request.method in self._hedge_methods:
+            return await self._hedged(request, hedge, attempts, key)
+        tries = self._lb._internals.attempts(
+            attempts, key=key, classify=self._classifier, discard=_close, wait=self._wait
+        )
         async for attempt in tries:
             async with attempt:
                 try:
@@ -301,16 +349,74 @@ class PoiseTransport(httpx.AsyncBaseTransport):
         last: httpx.Response = tries.outcome()  # no endpoint left to retry on: the last response or error
         return last
 
-    async def _send(self, permit: Permit, request: httpx.Request) -> httpx.Response:
+    async def _hedged(self, request: httpx.Request, hedge: Hedge, attempts: int, key: Any) -> httpx.Response:
+        """Send ``request`` with hedging (``lb.call``'s :func:`hedged`); every response but the answer is closed."""
+        internals = self._lb._internals
+        # No discard hook: the responses are closed here once the answer is known, so the
+        # last failed one is still open if it turns out to be the answer.
+        tries = internals.attempts(
+            max(attempts, hedge.max_attempts), key=key, classify=self._classifier, wait=self._wait
+        )
+        received: list[httpx.Response] = []  # every response an attempt got back (several run at once)
+        failed: list[httpx.Response] = []
+
+        async def once(attempt: Any) -> httpx.Response | None:  # attempt: the driver's AttemptScope
+            try:
+                response = await self._send(attempt.permit, request, copy=True)
+            except _Unusable as exc:
+                attempt.failed(Fault.FATAL, error=exc.error)  # as in handle_async_request
+                return None
+            verdict = _classify.http_status(response.status_code, response.headers, gateway=self._gateway)
+            if verdict is None:
+                response = httpx.Response(
+                    status_code=response.status_code,
+                    headers=response.headers,
+                    stream=_PermitStream(response.stream, attempt.detach(), self),
+                    extensions=response.extensions,
+                )
+                received.append(response)
+                return response
+            received.append(response)
+            failed.append(response)
+            attempt.failed(verdict, result=response)
+            return response
+
+        answer: httpx.Response | None = None
+        try:
+            answer = await hedged(tries, internals.hedging(hedge, ("httpx", request.method)), once, now=internals.now)
+            if answer is None and failed:
+                answer = failed[-1]  # no attempt succeeded and no error: the last failed response
+        finally:
+            # A loser's response that arrived anyway (in the same instant as the winner's,
+            # or a failed one a later attempt replaced) is closed: its connection is
+            # released, and a successful one's permit reports its success.
+            with anyio.CancelScope(shield=True):
+                for response in received:
+                    if response is not answer:
+                        await response.aclose()
+        if answer is None:  # pragma: no cover - the driver answers with a response or raises
+            raise RuntimeError("poise_py: a hedged request ended with neither a response nor an error")
+        return answer
+
+    async def _send(self, permit: Permit, request: httpx.Request, *, copy: bool = False) -> httpx.Response:
+        """Send ``request`` to the permit's endpoint (``copy``: a new request, as hedges run at once)."""
         original = request.url
         try:
             target = endpoint_url(original, permit.endpoint)
         except ConfigError as exc:
             raise _Unusable(exc) from exc
-        request.url = target
-        if original.scheme == "https" and "sni_hostname" not in request.extensions:
+        extensions = request.extensions
+        if original.scheme == "https" and "sni_hostname" not in extensions:
             # TLS still checks the certificate against the name the caller asked for.
-            request.extensions = {**request.extensions, "sni_hostname": original.host}
+            extensions = {**extensions, "sni_hostname": original.host}
+        if copy:
+            # The body is a ByteStream (replayable), so each copy sends it whole.
+            sent = httpx.Request(
+                request.method, target, headers=request.headers, stream=request.stream, extensions=extensions
+            )
+            return await self._transport.handle_async_request(sent)
+        request.url = target
+        request.extensions = extensions
         try:
             return await self._transport.handle_async_request(request)
         finally:
@@ -327,6 +433,21 @@ class PoiseTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the inner transport."""
         await self._transport.aclose()
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP method name (RFC 9110, section 5.6.2: a token)."""
+
+
+def _check_methods(methods: object) -> frozenset[str]:
+    """``hedge_methods`` as upper-case method names (httpx upper-cases a request's), or ConfigError."""
+    what = "a collection of HTTP method names such as {'GET', 'HEAD'}"
+    if isinstance(methods, str | bytes) or not isinstance(methods, Collection):
+        raise ConfigError("hedge_methods", f"must be {what}, got {methods!r:.80}")
+    names = tuple(methods)
+    if not all(isinstance(m, str) and _TOKEN.fullmatch(m) for m in names):
+        raise ConfigError("hedge_methods", f"must be {what}, got {methods!r:.80}")
+    return frozenset(m.upper() for m in names)
 
 
 class _Unusable(Exception):  # noqa: N818 - internal marker, never seen by callers

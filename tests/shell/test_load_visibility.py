@@ -172,7 +172,7 @@ async def test_statistics_count_calls_passed_over_a_full_endpoint_and_calls_shed
 async def test_the_overhead_bench_prints_load_control_as_a_multiple_of_the_same_policy_off() -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        await overhead.main(20, 2, "trio", windows=False, peers=False, load=True)
+        await overhead.main(20, 2, "trio", windows=False, peers=False, load=True, calls=False)
     lines = out.getvalue().splitlines()
     header = lines.index(next(line for line in lines if line.startswith("load control, 10 eps")))
     rows = lines[header + 2 :]
@@ -182,3 +182,16 @@ async def test_the_overhead_bench_prints_load_control_as_a_multiple_of_the_same_
         assert chunk[0].split()[-1] == "1.00"  # the baseline over itself
         assert "SlowStart() + Gradient2()" in chunk[-1]
         assert float(chunk[-1].split()[-1]) > 0
+
+
+@pytest.mark.backends("trio")
+async def test_the_overhead_bench_prints_lb_call_and_each_option_against_the_same_call_by_hand() -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        await overhead.main(20, 2, "trio", windows=False, peers=False, load=False, calls=True)
+    lines = out.getvalue().splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("lb.call on a no-op")))
+    rows = lines[header + 2 :]
+    assert [row[:34].strip() for row in rows] == [name for name, _ in overhead.CALLS]
+    assert rows[0].split()[-1] == "1.00"  # the call by hand over itself
+    assert all(float(row.split()[-1]) > 0 for row in rows)
