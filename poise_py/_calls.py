@@ -34,6 +34,8 @@ class CallEnded:
         cancelled: True if the permit ended without an outcome (not a fault).
         duration: seconds from ``acquire`` to the report, on the balancer's clock.
         probe: True if the permit was a half-open trial.
+        superseded: True if the call lost a race to another endpoint's answer (a hedge,
+            ``permit.cancel(superseded=True)``); then ``cancelled`` is True too.
     """
 
     endpoint: Endpoint
@@ -41,10 +43,13 @@ class CallEnded:
     cancelled: bool
     duration: float
     probe: bool
+    superseded: bool = False
 
     @property
     def outcome(self) -> str:
-        """``"success"``, ``"cancelled"``, or the fault tier's value (``"transient"``...)."""
+        """``"success"``, ``"cancelled"``, ``"superseded"`` (a hedge's loser), or the fault tier's value."""
+        if self.superseded:
+            return "superseded"
         if self.cancelled:
             return "cancelled"
         return "success" if self.fault is None else self.fault.value
@@ -77,7 +82,7 @@ class ObservedPermit(Permit):
     def cancel(self, *, superseded: bool = False) -> None:
         """Report that the call ended without an outcome (``superseded``: it lost a hedge's race)."""
         super().cancel(superseded=superseded)
-        self._report(None, cancelled=True)
+        self._report(None, cancelled=True, superseded=superseded)
 
     async def __aexit__(
         self,
@@ -95,7 +100,7 @@ class ObservedPermit(Permit):
         fault = self._exit.finish_exc(self._state, self._ticket, self._started, exc)
         self._report(fault, cancelled=fault is None)
 
-    def _report(self, fault: Fault | None, *, cancelled: bool) -> None:
+    def _report(self, fault: Fault | None, *, cancelled: bool, superseded: bool = False) -> None:
         exit_ = self._exit
         ended = CallEnded(
             endpoint=self.endpoint,
@@ -103,6 +108,7 @@ class ObservedPermit(Permit):
             cancelled=cancelled,
             duration=max(0.0, exit_.clock.now() - self._issued),
             probe=self.probe,
+            superseded=superseded,
         )
         for observer in self._observers:
             try:

@@ -10,7 +10,7 @@
 
 Every call is one measurement of the ``poise.call.duration`` histogram (seconds) and
 one of the ``poise.calls`` counter, both with the call's outcome (``success``, the fault
-tier, or ``cancelled``) and its endpoint (``poise.endpoint.id``, ``server.address``,
+tier, ``cancelled``, or ``superseded``: a hedge's loser) and its endpoint (``poise.endpoint.id``, ``server.address``,
 ``server.port``): the balancer hands each ended permit to a call observer
 (``lb.add_call_observer``). In-flight calls and pool sizes are observable
 UpDownCounters, each endpoint's circuit state an observable gauge (1 for the state it is
@@ -72,7 +72,7 @@ MODE = "poise.decision.mode"
 FAULT = "poise.fault"
 """The attribute naming the fault tier (pool-wide fault counts)."""
 OUTCOME = "poise.call.outcome"
-"""The attribute naming a call's outcome: ``success``, a fault tier's value, or ``cancelled``."""
+"""The attribute naming a call's outcome: ``success``, a fault tier's value, ``cancelled`` or ``superseded``."""
 CIRCUIT_STATE = "poise.circuit.state"
 """The attribute naming a circuit state on ``poise.circuit.status``."""
 SERVER_ADDRESS = "server.address"

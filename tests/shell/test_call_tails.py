@@ -316,3 +316,15 @@ async def test_backoff_and_deadline_are_validated() -> None:
         poise.RetryBackoff(initial=2.0, maximum=1.0)
     with pytest.raises(poise.ConfigError, match=r"RetryBackoff\.multiplier"):
         poise.RetryBackoff(multiplier=0.5)
+
+
+async def test_a_call_observer_sees_the_hedges_loser_as_superseded() -> None:
+    lb = balancer(["a", "b"])
+    ended: list[poise.CallEnded] = []
+    lb.add_call_observer(ended.append)
+    async with lb:
+        await lb.call(in_order(2.0, 0.01), hedge=poise.Hedge(delay=0.05))
+    assert sorted(e.outcome for e in ended) == ["success", "superseded"]
+    loser = next(e for e in ended if e.outcome == "superseded")
+    assert loser.cancelled
+    assert loser.superseded
