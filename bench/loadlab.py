@@ -132,6 +132,8 @@ class LabConfiguration:
     circuit: Callable[[], poise.CircuitPolicy] = poise.CircuitPolicy
     options: Callable[[], dict[str, Any]] = dict
     """More ``LoadBalancer`` keyword arguments: the load knobs."""
+    transport: Callable[[], dict[str, Any]] = dict
+    """More ``PoiseTransport`` keyword arguments (``hedge=``)."""
 
 
 CONFIGURATIONS: dict[str, LabConfiguration] = {
@@ -163,11 +165,17 @@ CONFIGURATIONS: dict[str, LabConfiguration] = {
                 "concurrency": poise.AdaptiveConcurrency(poise.AIMD(timeout=0.13, window=10, initial_limit=4))
             },
         ),
+        LabConfiguration(
+            name="poise_py default + hedge",
+            policy=poise.PowerOfTwoChoices,
+            health=True,
+            transport=lambda: {"hedge": poise.Hedge.quantile(0.99)},
+        ),
     )
 }
 """The lab's configurations; each runs with its ``circuit`` (default ``poise.CircuitPolicy()``) and
-the scenario's classifier. The first five run by default; the next two are overload-503's own, the last two overload's
-(as its scenario file configures them)."""
+the scenario's classifier. The first five run by default; the next two are overload-503's own, the next two overload's,
+the last gray-failure's and stragglers' (as their scenario files configure them)."""
 
 DEFAULT_CONFIGURATIONS = tuple(CONFIGURATIONS)[:5]
 
@@ -204,6 +212,8 @@ class LabResult(sim.Outcomes):
     on_time: float
     offered_rps: float
     achieved_rps: float
+    hedges_sent: int = 0
+    hedges_won: int = 0
 
     @property
     def generator_bound(self) -> bool:
@@ -466,7 +476,13 @@ async def _run_configuration(
     transport: httpx.AsyncBaseTransport
     if configuration.health:
         transport = PoiseTransport(
-            lb, transport=tally, classifier=classifier, gateway=gateway, attempts=traffic.attempts, host=_HOST
+            lb,
+            transport=tally,
+            classifier=classifier,
+            gateway=gateway,
+            attempts=traffic.attempts,
+            host=_HOST,
+            **configuration.transport(),
         )
     else:
         pick = _oracle(models, running, seed) if configuration.oracle else None
@@ -501,6 +517,7 @@ async def _run_configuration(
         finally:
             gc.unfreeze()
     peaks = tuple(running.board.peak_queue(i) for i in range(len(models)))
+    pool = lb.statistics().pool
     every = sorted(tape.latencies)
     ok = sorted(tape.ok_latencies)
     lags = sorted(tape.lags)
@@ -524,6 +541,8 @@ async def _run_configuration(
         on_time=sum(1 for lag in lags if lag <= ON_TIME) / len(lags) if lags else 1.0,
         offered_rps=len(plan) / duration,
         achieved_rps=len(plan) / span,
+        hedges_sent=pool.hedges_sent,
+        hedges_won=pool.hedges_won,
     )
 
 
@@ -649,6 +668,7 @@ def _row(result: LabResult | sim.RunResult) -> list[str]:
         _ms(result.all_latencies_p999),
         _ms(result.latencies_p99),
         f"{result.extra_load:+.3f}",
+        f"{result.hedges_sent:,}",
         f"{result.peak_queue:,}",
         cpu,
     ]
@@ -663,13 +683,14 @@ COLUMNS = (
     "p99.9",
     "ok p99",
     "extra load",
+    "hedges",
     "peak queue",
     "CPU s",
 )
 LEGEND = (
     "success: requests with a 2xx after retries; goodput: successes per second; p50, p99, p99.9: latency of every "
     "request from its scheduled arrival to its outcome (a timeout when the client gave up); ok p99: of successes; "
-    "extra load: retries per request; peak queue: the longest any backend's queue grew; CPU s: the client "
+    "extra load: retries and hedges per request; hedges: hedges sent; peak queue: the longest any backend's queue grew; CPU s: the client "
     "process's CPU seconds."
 )
 
@@ -710,6 +731,8 @@ def _json_result(result: LabResult | sim.RunResult) -> dict[str, Any]:
         "ok_latency_p99": result.latencies_p99,
         "attempts": result.backend_calls,
         "extra_load": round(result.extra_load, 6),
+        "hedges_sent": result.hedges_sent,
+        "hedges_won": result.hedges_won,
         "shares": {e: round(s, 6) for e, s in zip(result.endpoint_ids, result.shares, strict=True)},
         "peak_queues": dict(zip(result.endpoint_ids, result.peak_queues, strict=True)),
         "peak_queue": result.peak_queue,
