@@ -12,12 +12,20 @@ time, and the client gives up at its deadline whether the call is waiting or bei
 served (the server serves it anyway). Endpoints without one answer after their drawn
 latency, as before.
 
+A configuration with a ``hedge`` runs each request as ``lb.call(fn, hedge=...)`` does
+(``poise_py/_retry.py``'s ``hedged``), driven by events instead of tasks: the first attempt
+at once, a hedge event each hedge delay while no answer came, the first success wins and
+every other attempt's permit is cancelled as superseded. The server keeps working on a
+loser (its call stays queued or in service until it ends); its answer changes nothing.
+
 The engine is a user of the balancer like any other: it takes permits and reports
 outcomes, retries through the decision ``lb.call`` uses (a :class:`RetryLoop` from
 ``lb._internals``, the one internal interface), sees circuit moves as the public typed
 events of ``lb.add_observer``, and reads endpoint states from ``lb.snapshot()``. Beyond
-the public API it uses ``lb._internals`` for the retry loop, the balancer's classifier,
-and to fire due timers at the instants it samples (nothing else moves virtual time).
+the public API it uses ``lb._internals`` for the retry loop, the hedging state of a call
+site, the balancer's classifier, and to fire due timers at the instants it samples
+(nothing else moves virtual time). A hedged request's draws past ``traffic.attempts``
+come from a stream of their own, so the traffic stream stays the same.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from .. import (
     EndpointEjected,
     EndpointSnapshot,
     Fault,
+    Hedge,
     InMemoryStorage,
     LoadBalancer,
     NoEligibleEndpoints,
@@ -60,7 +69,7 @@ from .. import (
     StaticDiscovery,
     Update,
 )
-from .._internal import Next, RetryLoop, check_count, check_number
+from .._internal import HedgeState, Next, RetryLoop, check_count, check_number
 from ._models import EndpointModel
 from ._observe import Client, Observation, Observer, Refused, Throttled, Timeout
 from ._station import Admission, Station
@@ -99,6 +108,12 @@ class Configuration:
     oracle: bool = False
     """Join the shortest queue, seeing every endpoint's true queue and health (no balancer
     judgement: the lower bound a client-side policy can approach)."""
+    hedge: Hedge | None = None
+    """Hedge every request as ``lb.call(fn, hedge=...)`` does (None: no hedging)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.hedge is not None and not isinstance(self.hedge, Hedge):
+            raise ConfigError("hedge", f"must be a poise.Hedge(...) or None, got {self.hedge!r:.80}")
 
 
 @attrs.frozen(kw_only=True)
@@ -215,9 +230,11 @@ class Outcomes:
 
     @property
     def extra_load(self) -> float:
-        """Retries per request: what retries added to the backends' load (attempts per request minus one).
+        """Retries and hedges per request: what they added to the backends' load (attempts per request minus one).
 
-        A request that found no endpoint at all made no attempt and adds nothing.
+        Every attempt after a request's first is extra, a retry or a hedge alike (a hedge's
+        loser, cancelled, was still sent). A request that found no endpoint at all made no
+        attempt and adds nothing.
         """
         return (self.backend_calls - self.attempted) / self.requests if self.requests else 0.0
 
@@ -276,6 +293,10 @@ class RunResult(Outcomes):
     endpoint_calls: tuple[int, ...] = ()
     peak_queues: tuple[int, ...] = ()
     return_peak_queues: dict[str, int] = attrs.field(factory=dict)
+    hedges_sent: int = 0
+    """Hedges sent (a hedged configuration's; each is also an extra attempt in ``extra_load``)."""
+    hedges_won: int = 0
+    """Hedges whose answer was the request's answer."""
 
     @property
     def mean_readmit(self) -> float | None:
@@ -296,11 +317,42 @@ RETURN_WINDOW = 10.0
 
 
 @attrs.define(eq=False)
+class _Flight:
+    """One attempt of a hedged request, in flight."""
+
+    permit: Permit
+    started: float
+    hedge: bool
+    call: _Call | None
+    """Its place in the endpoint's station (None: an endpoint without a capacity)."""
+
+
+@attrs.define(eq=False)
+class _Hedging:
+    """A hedged request's race: the attempts in flight and ``hedged()``'s own variables."""
+
+    state: HedgeState
+    live: list[_Flight] = attrs.field(factory=list)
+    retries: int = 0
+    """Attempts the retry loop granted and not yet replaced (``hedged()``'s ``retries``)."""
+    done: bool = False
+    """No attempt may start any more (the driver's ``Attempts._done``): a non-retried
+    failure, or a retry that found no endpoint."""
+    hedging: bool = True
+    next_at: float | None = None
+    """When the next hedge is due (None: the delay is not measured yet)."""
+    armed: float | None = None
+    """The instant of the latest hedge event pushed (so a pump does not push it twice)."""
+    over: bool = False
+
+
+@attrs.define(eq=False)
 class _Request:
     arrival: float
     draws: list[float]
     retries: RetryLoop
     instance: int = 0
+    hedging: _Hedging | None = None
 
 
 @attrs.define(eq=False)
@@ -316,8 +368,8 @@ class _Call:
     """The client has its answer (or gave up): a later event for it changes nothing."""
 
 
-_ARRIVAL, _COMPLETE, _SAMPLE, _DISCOVERY, _SERVED, _DEADLINE, _KICK, _MARK = range(8)
-_AFTER_END = frozenset({_COMPLETE, _SERVED, _DEADLINE})
+_ARRIVAL, _COMPLETE, _SAMPLE, _DISCOVERY, _SERVED, _DEADLINE, _KICK, _MARK, _HEDGE = range(9)
+_AFTER_END = frozenset({_COMPLETE, _SERVED, _DEADLINE, _HEDGE})
 """Kinds still handled after the traffic ends, so every request started gets its answer."""
 
 
@@ -374,6 +426,12 @@ class Engine:
         self._stations: dict[str, Station[_Call]] = {m.id: Station() for m in models if m.loaded}
         self._return_peaks: dict[str, int] = {}
         self._oracle_rng = random.Random(seed)  # noqa: S311 - simulation, not security
+        self._extra_rng = random.Random(f"attempts past traffic.attempts {seed}")  # noqa: S311
+        hedge = configuration.hedge
+        self._attempts = traffic.attempts if hedge is None else max(traffic.attempts, hedge.max_attempts)
+        """Attempts per request: a hedged request may make ``max_attempts`` (``lb.call``'s rule)."""
+        self._hedges: list[HedgeState] = []
+        """Each instance's hedging state for the configuration's hedge (empty: no hedging)."""
         self._others = {i: frozenset(self.models) - {i} for i in self.models} if configuration.oracle else {}
 
     def _push(self, at: float, kind: int, payload: object) -> None:
@@ -432,6 +490,8 @@ class Engine:
                 lb = await stack.enter_async_context(self._balancer(index, storage))
                 lb.add_observer(functools.partial(self._observe, index))
                 self._lbs.append(lb)
+                if self.config.hedge is not None:
+                    self._hedges.append(lb._internals.hedging(self.config.hedge))
             if self._publisher is not None:
                 initial = [self._endpoint(m) for m in self.models.values() if m.exists_at(0.0)]
                 self._publisher.publish(Snapshot(self._revision, initial))
@@ -465,9 +525,15 @@ class Engine:
             self.now = at
             if kind == _ARRIVAL:
                 self._push(self._next_arrival(at), _ARRIVAL, None)
-                self._start(self._new_request(at))
+                request = self._new_request(at)
+                if request.hedging is None:
+                    self._start(request)
+                else:
+                    self._start_hedged(request)
             elif kind == _COMPLETE:
                 self._complete(*payload)  # type: ignore[misc]
+            elif kind == _HEDGE:
+                self._hedge_due(payload)  # type: ignore[arg-type]
             elif kind == _SERVED:
                 self._served(payload)  # type: ignore[arg-type]
             elif kind == _DEADLINE:
@@ -526,26 +592,42 @@ class Engine:
         draws = [rnd() for _ in range(2 * self.traffic.attempts)]
         instance = int(rnd() * self.fleet.instances) if self.fleet.instances > 1 else 0
         # The library's own retry decision (LoadBalancer.call's), on this instance's budget.
-        retries = self._lbs[instance]._internals.retry_loop(self.traffic.attempts)
-        return _Request(arrival=at, draws=draws, retries=retries, instance=instance)
+        retries = self._lbs[instance]._internals.retry_loop(self._attempts)
+        hedging = None if not self._hedges else _Hedging(self._hedges[instance])
+        return _Request(arrival=at, draws=draws, retries=retries, instance=instance, hedging=hedging)
 
     def _start(self, request: _Request) -> None:
+        """An unhedged request's first attempt, or its retry."""
         retries = request.retries
         if retries.attempts_made == 0:
             self._requests += 1
             retries.start(self.now)
-        exclude: Collection[str] = retries.exclude
+        permit = self._select(request)
+        if permit is None:
+            self._finish(request, ok=False)
+            return
+        self._send(request, permit)
+
+    def _select(self, request: _Request) -> Permit | None:
+        """A permit on an endpoint the request has not tried; None when the balancer has none."""
+        exclude: Collection[str] = request.retries.exclude
         if self.config.oracle:
             chosen = self._shortest_queue(exclude)
             if chosen is not None:
                 exclude = self._others[chosen]
         try:
-            permit = self._lbs[request.instance].acquire(exclude=exclude)
+            return self._lbs[request.instance].acquire(exclude=exclude)
         except SelectionError as exc:
             if isinstance(exc, NoEligibleEndpoints) and any(m.healthy_at(self.now) for m in self.models.values()):
                 self._no_eligible += 1
-            self._finish(request, ok=False)
-            return
+            return None
+
+    def _send(self, request: _Request, permit: Permit) -> _Call | None:
+        """Make the attempt ``permit`` allows: its call is answered, queued or times out in virtual time.
+
+        Returns the call's place in the endpoint's station, if it went into one.
+        """
+        retries = request.retries
         model = self.models[permit.endpoint.id]
         i = 2 * retries.attempts_made
         if retries.attempts_made == 0:
@@ -555,17 +637,131 @@ class Engine:
             self._probes_to_dead += 1
         self._calls += 1
         self._calls_by[model.id] += 1
-        response = model.respond(self.now, request.draws[i], request.draws[i + 1])
+        draws = request.draws
+        if i + 1 >= len(draws):
+            # A hedge past the traffic's attempts: its draws come from a stream of their
+            # own, so the traffic stream stays the same whatever the configuration does.
+            draws += (self._extra_rng.random(), self._extra_rng.random())
+        response = model.respond(self.now, draws[i], draws[i + 1])
         timeout = self.traffic.timeout
         station = self._stations.get(model.id)
         if station is not None and not isinstance(response.error, Timeout | Refused | Throttled):
             # Answered by the server, so served in turn (a black hole, a refusal and a
             # limiter's answer come before any queue).
-            self._arrive(station, model, _Call(request, permit, response.error, response.latency, model.id))
-        elif response.latency >= timeout:  # the client gives up at its deadline
+            call = _Call(request, permit, response.error, response.latency, model.id)
+            self._arrive(station, model, call)
+            return call
+        if response.latency >= timeout:  # the client gives up at its deadline
             self._push(self.now + timeout, _COMPLETE, (request, permit, Timeout()))
         else:
             self._push(self.now + response.latency, _COMPLETE, (request, permit, response.error))
+        return None
+
+    # -- hedged requests: lb.call(fn, hedge=...)'s race (poise_py/_retry.py's hedged()) ---
+
+    def _start_hedged(self, request: _Request) -> None:
+        """A hedged request begins: its first attempt at once, the first hedge due a delay later."""
+        race = request.hedging
+        assert race is not None  # noqa: S101 - a hedged request
+        race.state.started()
+        self._requests += 1
+        request.retries.start(self.now)
+        permit = self._select(request)
+        if permit is None:  # the first attempt's selection error is the request's answer
+            race.done = race.over = True
+            self._finish(request, ok=False)
+            return
+        self._fly(request, race, permit, hedge=False)
+        delay = race.state.delay()
+        race.next_at = None if delay is None else self.now + delay
+        self._pump(request, race)
+
+    def _fly(self, request: _Request, race: _Hedging, permit: Permit, *, hedge: bool) -> None:
+        race.live.append(_Flight(permit, self.now, hedge, self._send(request, permit)))
+
+    def _hedge_due(self, request: _Request) -> None:
+        race = request.hedging
+        assert race is not None  # noqa: S101 - only hedged requests schedule hedges
+        if not race.over:
+            self._pump(request, race)
+
+    def _pump(self, request: _Request, race: _Hedging) -> None:
+        """One turn of ``hedged()``'s loop: replace retried attempts, end when nothing is in flight, hedge when due."""
+        while True:
+            while race.retries:
+                race.retries -= 1
+                if race.done:
+                    continue
+                permit = self._select(request)
+                if permit is None:  # a retry that finds no endpoint ends the request (once the rest end)
+                    race.done = True
+                    continue
+                self._fly(request, race, permit, hedge=False)
+            if not race.live:
+                race.over = True
+                self._finish(request, ok=False)
+                return
+            next_at = race.next_at
+            if not race.hedging or next_at is None or len(race.live) >= race.state.hedge.max_attempts:
+                return
+            if next_at > self.now:
+                if race.armed != next_at:
+                    race.armed = next_at
+                    self._push(next_at, _HEDGE, request)
+                return
+            # The hedge delay passed with no answer.
+            permit = self._hedge_permit(request, race) if race.state.may_hedge() else None
+            if permit is None:
+                race.hedging = False  # the allowance, the budget or the pool is spent for this request
+                continue
+            race.state.spend()
+            self._fly(request, race, permit, hedge=True)
+            delay = race.state.delay()
+            race.next_at = None if delay is None else self.now + delay
+
+    def _hedge_permit(self, request: _Request, race: _Hedging) -> Permit | None:
+        """A hedge's permit, as ``Attempts.hedge()`` takes it; None when none may go."""
+        if race.done:
+            return None
+        lb = self._lbs[request.instance]
+        if not request.retries.may_hedge(self.now, pool_size=lb._internals.pool_size):
+            return None
+        return self._select(request)
+
+    def _complete_hedged(self, request: _Request, race: _Hedging, permit: Permit, error: Observation | None) -> None:
+        flight = next(f for f in race.live if f.permit is permit)
+        race.live.remove(flight)
+        if error is None:
+            self._report_success(permit)
+            race.state.observe(self.now - flight.started)
+            if flight.hedge:
+                race.state.won += 1
+            self._supersede(race)
+            self._finish(request, ok=True)
+            return
+        step = request.retries.after_fault(self._report_fault(request, permit, error), self.now)
+        if step is Next.RETRY:
+            race.retries += 1
+        else:
+            race.done = True
+            if step is Next.NOT_RETRYABLE:  # the request is bad: it ends at once
+                self._supersede(race)
+                self._finish(request, ok=False)
+                return
+        self._pump(request, race)
+
+    def _supersede(self, race: _Hedging) -> None:
+        """The race is over: every attempt still in flight lost, cancelled as if never sent.
+
+        The server keeps working on it (a station's call holds its slot until it is
+        served), but its answer changes nothing.
+        """
+        race.over = True
+        for flight in race.live:
+            flight.permit.cancel(superseded=True)
+            if flight.call is not None:
+                flight.call.done = True
+        race.live.clear()
 
     def _shortest_queue(self, exclude: Collection[str]) -> str | None:
         """The oracle's pick: the healthy endpoint not yet tried where a call waits least."""
@@ -626,15 +822,31 @@ class Engine:
             station.mark()
 
     def _complete(self, request: _Request, permit: Permit, error: Observation | None) -> None:
-        lb = self._lbs[request.instance]
-        reporting = self.config.reporting
+        race = request.hedging
+        if race is not None:
+            if not permit.done:  # else a superseded loser's answer: it changes nothing
+                self._complete_hedged(request, race, permit, error)
+            return
         if error is None:
-            if reporting is Reporting.NONE:
-                permit.cancel()
-            else:
-                permit.succeed()
+            self._report_success(permit)
             self._finish(request, ok=True)
             return
+        fault = self._report_fault(request, permit, error)
+        if request.retries.after_fault(fault, self.now) is Next.RETRY:  # a denial counts in lb.retries_denied
+            self._start(request)
+            return
+        self._finish(request, ok=False)
+
+    def _report_success(self, permit: Permit) -> None:
+        if self.config.reporting is Reporting.NONE:
+            permit.cancel()
+        else:
+            permit.succeed()
+
+    def _report_fault(self, request: _Request, permit: Permit, error: Observation) -> Fault:
+        """Report a failed attempt as the configuration does; the fault its classifier saw."""
+        lb = self._lbs[request.instance]
+        reporting = self.config.reporting
         # What the client's library raises, judged by the configuration's classifier.
         verdict = lb._internals.classify(self._observer.exception(error), permit.endpoint.id)
         fault = verdict.fault
@@ -644,10 +856,7 @@ class Engine:
             permit.fail(Fault.PERMANENT)
         else:
             permit.fail(fault, retry_after=verdict.retry_after, overload=verdict.overload)
-        if request.retries.after_fault(fault, self.now) is Next.RETRY:  # a denial counts in lb.retries_denied
-            self._start(request)
-            return
-        self._finish(request, ok=False)
+        return fault
 
     def _finish(self, request: _Request, *, ok: bool) -> None:
         self._window_total += 1
@@ -787,4 +996,11 @@ class Engine:
             timeline=tuple(self._timeline),
             endpoint_ids=tuple(self.models),
             ejected=tuple(sorted(self._ejected)),
+            hedges_sent=sum(h.sent for h in self._hedges),
+            hedges_won=sum(h.won for h in self._hedges),
         )
+
+    @property
+    def balancers(self) -> tuple[LoadBalancer, ...]:
+        """The balancers of the run, one per fleet instance (after :meth:`run`: their ``statistics()``)."""
+        return tuple(self._lbs)

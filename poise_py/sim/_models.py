@@ -22,7 +22,7 @@ from statistics import NormalDist
 import attrs
 
 from .. import ConfigError, Fault
-from .._internal import check_count
+from .._internal import check_count, check_number
 from ._observe import GrpcStatus, HttpStatus, Observation, Overloaded, Refused, Stated, Throttled, Timeout
 
 _PERMANENT_GRPC = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
@@ -46,17 +46,33 @@ _Z99 = _NORMAL.inv_cdf(0.99)
 
 @attrs.frozen(kw_only=True)
 class Latency:
-    """A log-normal latency given by its median and 99th percentile, in seconds."""
+    """A log-normal latency given by its median and 99th percentile, in seconds, with stragglers.
+
+    Attributes:
+        median: the median, seconds.
+        p99: the 99th percentile of the log-normal, seconds (>= median).
+        straggler_rate: the share of calls that straggle (in [0, 1)): the slowest
+            ``straggler_rate`` of draws (``unit >= 1 - straggler_rate``) take
+            ``median * straggler_scale`` instead, as a GC pause or a cold cache makes one
+            call in a hundred slow for reasons no health check sees.
+        straggler_scale: how many medians a straggler takes (>= 1).
+    """
 
     median: float = 0.02
     p99: float = 0.08
+    straggler_rate: float = 0.0
+    straggler_scale: float = 100.0
 
     def __attrs_post_init__(self) -> None:
         if not (0 < self.median <= self.p99 < math.inf):
             raise ConfigError("latency", f"need 0 < median <= p99, got {self.median}, {self.p99}")
+        check_number("latency.straggler_rate", self.straggler_rate, low=0.0, high=1.0, high_open=True)
+        check_number("latency.straggler_scale", self.straggler_scale, low=1.0)
 
     def draw(self, unit: float) -> float:
-        """The latency at quantile ``unit``."""
+        """The latency at quantile ``unit`` (a straggler's when ``unit >= 1 - straggler_rate``)."""
+        if self.straggler_rate and unit >= 1.0 - self.straggler_rate:
+            return self.median * self.straggler_scale
         sigma = math.log(self.p99 / self.median) / _Z99
         u = min(max(unit, 1e-9), 1 - 1e-9)
         return self.median * math.exp(sigma * _NORMAL.inv_cdf(u))

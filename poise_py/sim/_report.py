@@ -31,6 +31,7 @@ COLUMNS = (
     "p99.9",
     "ok p99",
     "extra",
+    "hedges",
     "peak queue",
     "capacity",
     "spurious",
@@ -40,10 +41,11 @@ COLUMNS = (
 )
 LEGEND = (
     "success: requests served / requests; goodput: successes per second; p50, p99, p99.9: latency of every "
-    "request, a failure when it failed and a timeout at its deadline; ok p99: of successes; extra: retries per "
-    "request; peak queue: longest queue of any endpoint; capacity: healthy endpoints in rotation; spurious: "
-    "healthy endpoints ejected; dead probes: half-open probes to a dead endpoint; readmit: mean time from "
-    "recovery to rotation; no-elig.: selections that found nothing while an endpoint was healthy."
+    "request, a failure when it failed and a timeout at its deadline; ok p99: of successes; extra: retries and "
+    "hedges per request; hedges: hedges sent / hedges that won; peak queue: longest queue of any endpoint; "
+    "capacity: healthy endpoints in rotation; spurious: healthy endpoints ejected; dead probes: half-open probes to "
+    "a dead endpoint; readmit: mean time from recovery to rotation; no-elig.: selections that found nothing while "
+    "an endpoint was healthy."
 )
 """The one-line legend printed under every table."""
 
@@ -75,6 +77,7 @@ def render_table(report: Report, console: Console) -> None:
             _ms(r.all_latencies_p999),
             _ms(r.latencies_p99),
             f"{r.extra_load:.3f}",
+            f"{r.hedges_sent}/{r.hedges_won}" if r.hedges_sent else "-",
             str(r.peak_queue) if scenario.loaded else "-",
             f"{r.capacity_retained * 100:.1f}%",
             f"[red]{r.spurious_ejections}[/]" if r.spurious_ejections else "0",

@@ -24,8 +24,9 @@ class Report:
 
         ``latency_*`` are of successful requests, ``all_latency_*`` of every request (a
         failure when it failed, a timeout at its deadline); ``goodput`` is successes per
-        second; ``extra_load`` attempts per request minus one; ``endpoints`` each
-        endpoint's calls, share of calls and peak queue.
+        second; ``extra_load`` attempts per request minus one (retries and hedges);
+        ``hedges_sent`` and ``hedges_won`` a hedged configuration's hedges; ``endpoints``
+        each endpoint's calls, share of calls and peak queue.
         """
         return {
             "scenario": self.scenario.name,
@@ -46,6 +47,8 @@ class Report:
                     "all_latency_p99": r.all_latencies_p99,
                     "all_latency_p999": r.all_latencies_p999,
                     "extra_load": round(r.extra_load, 6),
+                    "hedges_sent": r.hedges_sent,
+                    "hedges_won": r.hedges_won,
                     "peak_queue": r.peak_queue,
                     "capacity_retained": round(r.capacity_retained, 6),
                     "spurious_ejections": r.spurious_ejections,

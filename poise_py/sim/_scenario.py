@@ -19,7 +19,8 @@ A scenario file::
     [[endpoints]]
     id = "w"                # with count = 4: w1..w4
     count = 4
-    latency = { median = 0.02, p99 = 0.08 }
+    latency = { median = 0.02, p99 = 0.08, straggler_rate = 0.01, straggler_scale = 100 }
+    # straggler_rate: the slowest 1% of calls take 100 medians instead (default 0: none)
 
     [[endpoints]]
     id = "broken"
@@ -50,6 +51,9 @@ A scenario file::
     max_in_flight = 8                        # optional load knobs: a cap per endpoint,
     slow_start = { window = 30 }             # Envoy's slow start,
     concurrency = { algorithm = "aimd" }     # adaptive limits ("gradient2" or "aimd", with their knobs)
+    hedge = { quantile = 0.99 }              # hedged requests: poise.Hedge.quantile(0.99), or
+                                             # { delay = 0.05 }; also max_attempts, max_extra_load,
+                                             # and with quantile: min_samples, initial
 
 Every configuration runs on the same seeded traffic. The baselines (naive round-robin,
 first-strike permanent eviction, a consecutive-failures breaker with a constant open
@@ -474,8 +478,17 @@ def _endpoints(raw: object, where: str = "endpoints") -> tuple[EndpointModel, ..
         if latency is not None:
             median = latency.number("median", 0.02, open_low=True)
             p99 = latency.number("p99", 0.08, open_low=True)
+            straggler_rate = latency.number("straggler_rate", 0.0)
+            straggler_scale = latency.number("straggler_scale", 100.0)
             latency.done()
-            options["latency"] = _construct(Latency, latency.where, median=median, p99=p99)
+            options["latency"] = _construct(
+                Latency,
+                latency.where,
+                median=median,
+                p99=p99,
+                straggler_rate=straggler_rate,
+                straggler_scale=straggler_scale,
+            )
         phases = t.array("phases")
         if phases is not None:
             if not phases:
@@ -580,6 +593,8 @@ def _configurations(raw: object, client: Client) -> tuple[Configuration, ...]:
         coordination = t.boolean("coordination", False)
         classifier = t.string("classifier", None, _CLASSIFIERS)
         options.update(_load_knobs(t))
+        hedge_table = t.table("hedge")
+        hedge = None if hedge_table is None else _hedge(hedge_table)
         t.done()
         out.append(
             Configuration(
@@ -590,9 +605,39 @@ def _configurations(raw: object, client: Client) -> tuple[Configuration, ...]:
                 balancer_options=options,
                 coordination=bool(coordination),
                 classifier=None if classifier is None else client.build(_CLASSIFIERS[classifier]),
+                hedge=hedge,
             )
         )
     return tuple(out)
+
+
+def _hedge(t: _Table) -> poise.Hedge:
+    """A configuration's ``hedge = { delay = 0.05 }`` or ``{ quantile = 0.99 }``, with ``poise.Hedge``'s knobs."""
+    delay = t.number("delay", None)
+    q = t.number("quantile", None)
+    if (delay is None) == (q is None):
+        raise ConfigError(t.where, "needs one of delay (seconds) or quantile (of the measured latency, in (0, 1))")
+    knobs: dict[str, Any] = {}
+    if t.has("max_attempts"):
+        knobs["max_attempts"] = t.integer("max_attempts", None, low=2, high=10)
+    if t.has("max_extra_load"):
+        knobs["max_extra_load"] = t.number("max_extra_load", None)
+    if delay is not None:
+        t.done()
+        return _construct(poise.Hedge, t.where, delay=delay, **knobs)  # type: ignore[no-any-return]
+    quantile: dict[str, Any] = {}
+    if t.has("min_samples"):
+        quantile["min_samples"] = t.integer("min_samples", None, low=1, high=1_000_000)
+    if t.has("initial"):
+        quantile["initial"] = t.number("initial", None, open_low=True)
+    t.done()
+    try:
+        value = poise.Quantile(q=q, **quantile)
+    except ConfigError as exc:
+        field = exc.knob.rsplit(".", 1)[-1]
+        problem = str(exc).removeprefix(f"{exc.knob}: ")
+        raise ConfigError(t.at("quantile" if field == "q" else field), problem) from None
+    return _construct(poise.Hedge, t.where, delay=value, **knobs)  # type: ignore[no-any-return]
 
 
 _ALGORITHMS = {"gradient2": poise.Gradient2, "aimd": poise.AIMD}
