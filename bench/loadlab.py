@@ -171,11 +171,17 @@ CONFIGURATIONS: dict[str, LabConfiguration] = {
             health=True,
             transport=lambda: {"hedge": poise.Hedge.quantile(0.99)},
         ),
+        LabConfiguration(
+            name="poise_py default + hedge at 150 ms",
+            policy=poise.PowerOfTwoChoices,
+            health=True,
+            transport=lambda: {"hedge": poise.Hedge(delay=0.15)},
+        ),
     )
 }
 """The lab's configurations; each runs with its ``circuit`` (default ``poise.CircuitPolicy()``) and
 the scenario's classifier. The first five run by default; the next two are overload-503's own, the next two overload's,
-the last gray-failure's and stragglers' (as their scenario files configure them)."""
+then stragglers' and gray-failure's (as their scenario files configure them)."""
 
 DEFAULT_CONFIGURATIONS = tuple(CONFIGURATIONS)[:5]
 

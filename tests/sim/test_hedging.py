@@ -304,3 +304,16 @@ def test_hedges_and_retries_draw_from_one_budget() -> None:
     assert plain_lb.statistics().pool.retries_denied == 0
     assert lb.statistics().pool.retries_denied > 0
     assert result.success_rate < unhedged.success_rate
+
+
+def test_in_the_gray_failure_a_hedge_at_the_healthy_p99_cuts_p999_for_under_one_percent_more_calls() -> None:
+    scenario = sim.load_scenario("gray-failure")
+    configurations = {c.name: c for c in scenario.all_configurations()}
+    default = sim.run_configuration(scenario, configurations["poise_py default"])
+    hedged = sim.run_configuration(scenario, configurations["poise_py default + hedge at 150 ms"])
+    assert default.all_latencies_p999 is not None
+    assert hedged.all_latencies_p999 is not None
+    assert hedged.success_rate >= default.success_rate
+    assert hedged.all_latencies_p999 <= 0.35 * default.all_latencies_p999  # 1063 -> 298 ms at seed 777
+    assert hedged.extra_load - default.extra_load <= 0.01
+    assert 0 < hedged.hedges_sent <= 1 + 0.02 * hedged.requests
