@@ -56,7 +56,7 @@ class PermitExit:
         self.clock: Clock = clock
         self.verdict: Verdict = verdict
         self.observer_failed: Callable[[object, Exception], None] = observer_failed
-        self.waiting = False
+        self.waiting: bool = False
         self.released: Callable[[], None] = _nothing
 
     def signal(self, waiting: bool) -> None:  # noqa: FBT001 - the wait queue's one flag

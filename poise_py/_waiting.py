@@ -56,13 +56,13 @@ class _Waiter:
     __slots__ = ("deadline", "error", "event", "exclude", "key", "permit", "settled")
 
     def __init__(self, key: Hashable | None, exclude: Collection[str], deadline: float) -> None:
-        self.key = key
-        self.exclude = exclude
-        self.deadline = deadline
+        self.key: Hashable | None = key
+        self.exclude: Collection[str] = exclude
+        self.deadline: float = deadline
         self.event: anyio.Event | None = None  # made by the waiting task (the queue itself is sans-IO)
         self.permit: Permit | None = None
         self.error: BaseException | None = None
-        self.settled = False
+        self.settled: bool = False
 
     def grant(self, permit: Permit) -> None:
         self.permit = permit
@@ -108,9 +108,9 @@ class WaitQueue:
         self._expiries: list[tuple[float, int, _Waiter]] = []
         self._order = itertools.count()
         self._due = False
-        self.waited = 0
+        self.waited: int = 0
         """Callers that had to wait (found nothing eligible)."""
-        self.expired = 0
+        self.expired: int = 0
         """Waiters whose time ran out."""
 
     def __len__(self) -> int:
