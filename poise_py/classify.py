@@ -110,6 +110,11 @@ def grpc(
         marker: a ``(key, value)`` trailing-metadata pair the server sets on its own
             deliberate errors (e.g. ``("wool-fault", "worker-internal")``); an INTERNAL
             carrying it is FATAL (evict now), an INTERNAL without it is SUSPECT (a strike).
+
+    A server's pushback (gRFC A6: a ``grpc-retry-pushback-ms`` trailer holding a
+    non-negative integer) becomes the classification's ``retry_after`` in seconds: the
+    circuit stays open at least that long, and ``lb.call(backoff=...)`` waits that long
+    before its retry. A malformed or negative one is ignored.
         overrides: status name -> fault, applied over :data:`GRPC_DEFAULTS`.
         fallback: for exceptions that are not gRPC errors.
     """
@@ -136,11 +141,33 @@ def grpc(
             if any(k == marker_key and v == marker_value for k, v in pairs):
                 return Fault.FATAL
         fault = table.get(name, Fault.SUSPECT)
-        if name in GRPC_OVERLOAD and fault in _LOAD_FAULTS:
-            return Classification(fault, overload=True)
+        overload = name in GRPC_OVERLOAD and fault in _LOAD_FAULTS
+        pushback = _pushback(exc) if fault is not Fault.CALLER else None
+        if overload or pushback is not None:
+            return Classification(fault, retry_after=pushback, overload=overload)
         return fault
 
     return classify
+
+
+PUSHBACK = "grpc-retry-pushback-ms"
+"""The trailer a gRPC server sets to push a client's retry back (gRFC A6)."""
+
+
+def _pushback(exc: BaseException) -> float | None:
+    """The seconds of a ``grpc-retry-pushback-ms`` trailer on ``exc``, or None (absent, malformed, negative)."""
+    trailing = getattr(exc, "trailing_metadata", None)
+    if not callable(trailing):
+        return None
+    try:
+        pairs = _metadata_pairs(trailing())
+    except Exception:  # noqa: BLE001 - a broken error object has no pushback
+        return None
+    for key, value in pairs:
+        if key == PUSHBACK:
+            text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+            return int(text) / 1000 if text.isdigit() and len(text) <= 12 else None
+    return None
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:

@@ -138,3 +138,25 @@ def test_default_classifier_honours_an_explicit_fault_marker() -> None:
     with pytest.raises(poise.ConfigError, match="overload"):
         Classification(Fault.SUSPECT, overload="yes")  # type: ignore[arg-type]
     assert poise.default_classifier(poise.NoEligibleEndpoints({}, 0)) is Fault.CALLER
+
+
+@pytest.mark.parametrize(
+    ("value", "retry_after"),
+    [("250", 0.25), ("0", 0.0), ("-1", None), ("soon", None), ("1.5", None), ("9" * 13, None)],
+)
+def test_a_grpc_servers_pushback_trailer_is_the_retry_after(value: str, retry_after: float | None) -> None:
+    classify = poise.classify.grpc()
+    plain = split(classify(rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED)))
+    verdict = classify(rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, ("grpc-retry-pushback-ms", value)))
+    assert split(verdict) == plain  # the same tier and load mark as without the trailer
+    assert (verdict.retry_after if isinstance(verdict, poise.Classification) else None) == retry_after
+
+
+def test_a_pushback_on_a_callers_error_is_ignored_and_on_a_plain_fault_makes_a_classification() -> None:
+    classify = poise.classify.grpc()
+    bad = rpc_error(grpc.StatusCode.INVALID_ARGUMENT, ("grpc-retry-pushback-ms", "100"))
+    assert classify(bad) is Fault.CALLER
+    unavailable = rpc_error(grpc.StatusCode.UNAVAILABLE, ("grpc-retry-pushback-ms", "100"))
+    verdict = classify(unavailable)
+    assert isinstance(verdict, poise.Classification)
+    assert verdict.retry_after == 0.1
