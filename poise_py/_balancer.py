@@ -208,7 +208,14 @@ class LoadBalancer(PermitIssuer):
         listener = BalancerListener(self._now, self._timer.wake, self._drain_waiters)
         self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener, load=load)
         self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed)
-        self._waiting = WaitQueue(self._select, self._waiter_refused, self._now, self._timer.wake, self._exit.signal)
+        self._waiting = WaitQueue(
+            self._select,
+            self._waiter_refused,
+            self._now,
+            self._timer.wake,
+            self._exit.signal,
+            demand=self._waiter_demand,
+        )
         listener.replan = self._waiting.changed
         self._exit.released = self._waiting.changed
         self._health: HealthRunner | None = None
@@ -416,6 +423,11 @@ class LoadBalancer(PermitIssuer):
     def retries_denied(self) -> int:
         """Retries :meth:`call` skipped because the retry budget was spent."""
         return self._budget.denied
+
+    def _waiter_demand(self) -> None:
+        """Callers wait for an endpoint: the fleet hears the demand, as from a refused ``acquire``."""
+        if self._coordinator is not None:
+            self._coordinator.refused(self._clock())
 
     def _waiter_refused(self, exc: SelectionError) -> SelectionError:
         """A waiter's time ran out: report the refusal as ``acquire`` does (may raise a readiness error)."""

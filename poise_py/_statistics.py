@@ -81,6 +81,11 @@ class PoolCounters:
     waits: int = 0
     waits_expired: int = 0
 
+    @property
+    def hedge_load(self) -> float:
+        """The load hedging added: hedges sent per hedged request (0.0 before any)."""
+        return self.hedges_sent / self.hedged_requests if self.hedged_requests else 0.0
+
 
 @attrs.frozen(kw_only=True)
 class BalancerStatistics:

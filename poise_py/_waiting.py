@@ -89,6 +89,8 @@ class WaitQueue:
         clock: reads the balancer's clock.
         wake: wakes the timer task.
         signal: told whether anyone waits (the permits' exit then reports freed slots).
+        demand: told that callers wait for an endpoint (a fleet's half-open round leases
+            its probe slots on demand), as each joins and whenever serving them stops short.
     """
 
     def __init__(
@@ -98,8 +100,11 @@ class WaitQueue:
         clock: Callable[[], float],
         wake: Callable[[], None],
         signal: Callable[[bool], None],
+        *,
+        demand: Callable[[], None] = lambda: None,
     ) -> None:
         self._select = select
+        self._demand = demand
         self._refused = refused
         self._clock = clock
         self._wake = wake
@@ -130,6 +135,7 @@ class WaitQueue:
         self._queue.append(waiter)
         heapq.heappush(self._expiries, (waiter.deadline, next(self._order), waiter))
         self.waited += 1
+        self._demand()
         self._wake()  # a new deadline
         return waiter
 
@@ -180,6 +186,7 @@ class WaitQueue:
             try:
                 permit = self._select(head.key, head.exclude)
             except SelectionError:
+                self._demand()  # still wanted: a fleet's waiting round leases for it
                 break
             queue.popleft()
             head.grant(permit)

@@ -211,3 +211,28 @@ async def test_an_instance_whose_operator_excludes_the_endpoint_never_spends_the
         after = await record(idle)
         assert after.state is CircuitState.HALF_OPEN
         assert after.probes_remaining == 1
+
+
+async def test_callers_waiting_on_a_fleet_get_the_leased_probe_and_then_the_closed_circuit() -> None:
+    async with fleet(2) as lbs:
+        second = lbs[1]
+        deadline = await trip(lbs)  # "a" open for 30 s, fleet-wide
+        start = anyio.current_time()
+        served: list[tuple[float, bool]] = []
+
+        async def caller() -> None:
+            async with second.acquire(wait=120) as permit:  # demand: the waiting round leases
+                served.append((anyio.current_time() - start, permit.probe))
+                await anyio.sleep(0.1)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(caller)
+        pool = second.statistics().pool
+    assert len(served) == 20
+    assert sum(probe for _, probe in served) == 1  # the fleet's one probe slot, leased to a waiter
+    probe_at = next(at for at, probe in served if probe)
+    assert deadline - start <= probe_at <= deadline - start + SYNC  # leased within one sync interval
+    assert all(at <= probe_at + 0.1 + 2 * SYNC for at, _ in served)  # the verdict, published, closes it
+    assert pool.waits == 20
+    assert pool.waits_expired == 0
