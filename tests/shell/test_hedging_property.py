@@ -14,6 +14,8 @@ taking a drawn time and ending in a drawn outcome. Whatever the draws:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import trio
 import trio.testing
 from hypothesis import given, settings
@@ -50,34 +52,12 @@ def test_a_hedged_call_answers_with_the_first_success_and_counts_only_what_ended
             for plan in requests:
                 sent: list[tuple[float, int, str]] = []  # (finish time, index, outcome) of each attempt
                 in_flight = [0, 0]
-
-                async def attempt(endpoint: poise.Endpoint, plan: list[tuple[int, str]] = plan) -> str:
-                    index = len(sent)
-                    took, outcome = plan[index]
-                    finish = trio.current_time() + took / 1000
-                    while any(t == finish for t, _, _ in sent):  # no ties: "first" must mean one attempt
-                        finish += 1e-6
-                    sent.append((finish, index, outcome))
-                    in_flight[0] += 1
-                    in_flight[1] = max(in_flight[1], in_flight[0])
-                    try:
-                        await trio.sleep_until(finish)
-                    finally:
-                        in_flight[0] -= 1
-                    if outcome == "transient":
-                        ended["fault"] += 1
-                        raise poise.FaultError(Fault.TRANSIENT, f"attempt {index}")
-                    if outcome == "caller":
-                        ended["fault"] += 1
-                        raise poise.FaultError(Fault.CALLER, f"attempt {index}")
-                    ended["ok"] += 1
-                    return f"attempt {index}"
-
+                attempt = attempts_of(plan, sent, in_flight, ended)
                 try:
                     answer = await lb.call(attempt, hedge=hedge, attempts=4)
                 except poise.FaultError as exc:
                     answer = None
-                    failed_at = dict((f"attempt {i}", t) for t, i, _ in sent)[str(exc)]
+                    failed_at = {f"attempt {i}": t for t, i, _ in sent}[str(exc)]
                     # no success finished before the failure that ended the request
                     assert not any(o == "ok" and t < failed_at for t, _, o in sent)
                 assert len(sent) <= max(4, max_attempts)
@@ -96,3 +76,33 @@ def test_a_hedged_call_answers_with_the_first_success_and_counts_only_what_ended
         assert pool.hedges_sent <= 1 + max_extra_load * pool.hedged_requests + 1e-9
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def attempts_of(
+    plan: list[tuple[int, str]], sent: list[tuple[float, int, str]], in_flight: list[int], ended: dict[str, int]
+) -> Callable[[poise.Endpoint], Awaitable[str]]:
+    """The call of one request: its n-th attempt takes ``plan[n]``, recorded in ``sent`` and ``in_flight``."""
+
+    async def attempt(endpoint: poise.Endpoint) -> str:
+        index = len(sent)
+        took, outcome = plan[index]
+        finish = trio.current_time() + took / 1000
+        while any(t == finish for t, _, _ in sent):  # no ties: "first" must mean one attempt
+            finish += 1e-6
+        sent.append((finish, index, outcome))
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight[1], in_flight[0])
+        try:
+            await trio.sleep_until(finish)
+        finally:
+            in_flight[0] -= 1
+        if outcome == "transient":
+            ended["fault"] += 1
+            raise poise.FaultError(Fault.TRANSIENT, f"attempt {index}")
+        if outcome == "caller":
+            ended["fault"] += 1
+            raise poise.FaultError(Fault.CALLER, f"attempt {index}")
+        ended["ok"] += 1
+        return f"attempt {index}"
+
+    return attempt
