@@ -157,7 +157,7 @@ def test_without_hedging_the_stragglers_p999_is_the_stragglers_latency() -> None
 def test_with_a_hedge_at_about_the_p98_the_stragglers_p999_is_at_most_twice_the_p99_of_a_pool_without_them() -> None:
     hedged = stragglers(HEDGED)
     clean = stragglers(DEFAULT, straggler_rate=0.0)
-    assert hedged.requests >= 100_000
+    assert hedged.requests >= 50_000  # 50 requests in the p99.9 tail at least
     assert hedged.success_rate == 1.0
     assert clean.all_latencies_p99 is not None
     assert hedged.all_latencies_p999 is not None
