@@ -25,7 +25,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 from collections import Counter
+
+# gRPC's core logs every GOAWAY at INFO as the workers stop ("Got goaway ... Cancelling all
+# calls"); set before grpc is imported, and only if the caller did not choose a level.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import grpc
 from grpc import aio

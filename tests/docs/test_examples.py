@@ -24,6 +24,7 @@ def run_example(name: str) -> str:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    assert "chttp2_transport" not in done.stderr, "gRPC core's own logging reached the reader"
     return done.stdout
 
 
