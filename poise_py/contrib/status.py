@@ -327,6 +327,8 @@ class StatusApp:
         path = scope.get("path", "/")
         if not self._answers(scope):
             await _respond(send, 421, "text/plain; charset=utf-8", b"misdirected request\n", method)
+        elif path == "/favicon.ico" and method in {"GET", "HEAD"}:
+            await _respond(send, 204, "image/x-icon", b"", method)  # no icon, and no 404 on every load
         elif path not in {"/", "/index.html", "/status.json"}:
             await _respond(send, 404, "text/plain; charset=utf-8", b"not found\n", method)
         elif method not in {"GET", "HEAD"}:
@@ -404,7 +406,7 @@ async def _respond(
 ) -> None:
     headers = [
         (b"content-type", kind.encode()),
-        (b"content-length", str(len(body)).encode()),
+        *([] if status == 204 else [(b"content-length", str(len(body)).encode())]),  # RFC 9110: none on a 204
         (b"cache-control", b"no-store"),
         (b"x-content-type-options", b"nosniff"),
         (b"content-security-policy", policy.encode()),

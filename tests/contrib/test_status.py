@@ -231,6 +231,7 @@ async def test_the_page_is_html_that_polls_status_json(clock: FakeClock) -> None
 async def test_unknown_paths_are_404_writes_are_405_and_head_has_no_body(clock: FakeClock) -> None:
     app = StatusApp(static_lb("a", clock=clock))
     assert (await _get(app, "/nope"))[0] == 404
+    assert (await _get(app, "/favicon.ico"))[0] == 204  # a browser asks on every load: no icon, no 404
     status, headers, _ = await _get(app, "/status.json", method="POST")
     assert (status, headers[b"allow"]) == (405, b"GET, HEAD")
     status, headers, body = await _get(app, "/", method="HEAD")
