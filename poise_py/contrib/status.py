@@ -493,6 +493,7 @@ _STYLE = """
  h1 { font-size: 1.3em; margin: 0 0 .2em; } h2 { font-size: 1.1em; margin: 1.4em 0 .4em; }
  .meta { color: #666; font-size: .9em; }
  table { border-collapse: collapse; background: #fff; margin-bottom: .6em; }
+ .scroll { overflow-x: auto; max-width: 100%; }
  th, td { padding: .25em .6em; border-bottom: 1px solid #e4e4e4; text-align: right; white-space: nowrap; }
  th { background: #f0f0f0; font-weight: 600; } td.l, th.l { text-align: left; }
  .st { font-weight: 600; border-radius: 3px; padding: .05em .45em; }
@@ -597,7 +598,7 @@ function balancerSection(b) {
     ...(b.tiers.length > 1 ? [el("div", {"class": "meta tiers"}, b.tiers.map(t => "tier " + t.tier + ": " +
       Math.round(t.share * 100) + "% of traffic, " + t.healthy + "/" + t.endpoints + " healthy" +
       (t.panicking ? " (panic)" : "")).join("; "))] : []),
-    el("table", {}, el("thead", {}, head), body),
+    el("div", {"class": "scroll"}, el("table", {}, el("thead", {}, head), body)),
     el("div", {"class": "meta"}, "last events, newest first"), events);
 }
 

@@ -151,3 +151,28 @@ async def test_chromium_lists_every_endpoint_and_shows_a_circuit_open_soon_after
     assert "CircuitOpened b" in events
     assert screenshot.stat().st_size > 10_000
     print(f"screenshot: {screenshot}")
+
+
+def _width_at(url: str, width: int) -> tuple[int, int, list[str]]:
+    """In a worker thread: the page's scroll width and the table's own width at a ``width``-pixel viewport."""
+    from playwright.sync_api import expect
+
+    with watched_page(url, width=width, height=640) as (page, refused):
+        expect(page.locator("tr[data-endpoint]")).to_have_count(3)
+        page_width = page.locator("body").evaluate("body => document.documentElement.scrollWidth")
+        table_width = page.locator("table").first.evaluate("table => table.scrollWidth")
+    return int(page_width), int(table_width), refused
+
+
+@pytest.mark.real_clock  # a real browser polls
+async def test_on_a_phone_width_screen_the_table_scrolls_inside_the_page(clock: FakeClock) -> None:
+    _require_browser()
+    lb = static_lb("a", "b", "c", clock=clock)
+    app = StatusApp({"checkout": lb}, poll_interval=0.5)
+    async with lb, anyio.create_task_group() as tg:
+        port = await tg.start(serve, app)
+        page_width, table_width, refused = await anyio.to_thread.run_sync(_width_at, f"http://127.0.0.1:{port}/", 480)
+        tg.cancel_scope.cancel()
+    assert table_width > 480  # the table is wider than the screen...
+    assert page_width <= 480  # ...and scrolls in its own box: the page does not
+    assert refused == []
