@@ -35,6 +35,7 @@ import logging
 import math
 import re
 import socket
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -68,7 +69,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, str):
         return shown(value)
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return round(value, DIGITS) if math.isfinite(value) else None
     if isinstance(value, enum.Enum):
         return _jsonable(value.value)
     if isinstance(value, Mapping):
@@ -83,24 +84,27 @@ def _jsonable(value: Any) -> Any:
     return shown(str(value))
 
 
-_EVENT_TIMES = {"reopen_at": "reopens", "until": "until", "since": "since"}
-"""Event fields that are readings of the balancer clock, shown relative to the snapshot."""
+DIGITS = 4
+"""Decimal places of a number in ``/status.json`` (a tenth of a millisecond for a time)."""
+
+_EVENT_TIMES = {"reopen_at": "reopen_in", "until": "until_in", "since": "since_in"}
+"""Event fields that are readings of the balancer clock: shown as seconds from the snapshot
+(negative: that long before it), since the balancer's clock means nothing outside its process."""
 
 
-def _event_json(event: BalancerEvent, now: float) -> dict[str, Any]:
+def _event_json(event: BalancerEvent, now: float, wall: float) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for f in attrs.fields(type(event)):
         value = getattr(event, f.name)
         if f.name == "at":
             continue
         if f.name in _EVENT_TIMES and isinstance(value, float):
-            left = value - now
-            fields[_EVENT_TIMES[f.name]] = f"in {left:.1f} s" if left >= 0 else f"{-left:.1f} s ago"
+            fields[_EVENT_TIMES[f.name]] = _jsonable(value - now)
         else:
             fields[f.name] = _jsonable(value)
     return {
         "type": type(event).__name__,
-        "at": _jsonable(event.at),
+        "at": _jsonable(wall - (now - event.at)),  # Unix time
         "ago": _jsonable(max(0.0, now - event.at)),
         "endpoint": fields.pop("endpoint_id", None),  # shown by _jsonable
         "fields": fields,
@@ -284,8 +288,13 @@ class StatusApp:
         self._observers.clear()
 
     def status(self) -> dict[str, Any]:
-        """What ``/status.json`` serves: every balancer's pool, endpoints and recent events."""
+        """What ``/status.json`` serves: every balancer's pool, endpoints and recent events.
+
+        ``generated_at`` and every event's ``at`` are Unix times (the wall clock); durations
+        are seconds; ``taken_at`` is the balancer clock's own reading, for matching logs.
+        """
         out = []
+        wall = time.time()
         for name, lb in self.balancers.items():
             snap = lb.snapshot()
             now = snap.taken_at
@@ -306,10 +315,10 @@ class StatusApp:
                         for t in snap.tiers
                     ],
                     "endpoints": [_endpoint_json(e, now) for e in snap.endpoints],
-                    "events": [_event_json(ev, now) for ev in reversed(self._recent[name])],
+                    "events": [_event_json(ev, now, wall) for ev in reversed(self._recent[name])],
                 }
             )
-        return {"title": self.title, "balancers": out}
+        return {"title": self.title, "generated_at": round(wall, 3), "balancers": out}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point (HTTP and lifespan scopes)."""
@@ -584,8 +593,9 @@ function balancerSection(b) {
   const body = el("tbody", {}, ...b.endpoints.map(ep => endpointRow(b, ep)));
   const events = el("ul", {"class": "events"}, ...b.events.map(ev => {
     const detail = Object.entries(ev.fields).filter(([, v]) => v !== null && v !== "" &&
-      !(Array.isArray(v) && v.length === 0)).map(([k, v]) => k + "=" + (typeof v === "object" ?
-      JSON.stringify(v) : v)).join(" ");
+      !(Array.isArray(v) && v.length === 0)).map(([k, v]) => k.endsWith("_in") && typeof v === "number" ?
+      k.slice(0, -3) + " " + (v >= 0 ? "in " + secs(v) : secs(-v) + " ago") :
+      k + "=" + (typeof v === "object" ? JSON.stringify(v) : v)).join(" ");
     return el("li", {}, el("span", {"class": "t"}, secs(ev.ago) + " ago"), " ",
       el("b", {}, ev.type), ev.endpoint ? " " + ev.endpoint : "", detail ? "  " + detail : "");
   }));

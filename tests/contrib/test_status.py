@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -189,6 +191,30 @@ async def test_last_events_are_newest_first_and_bounded(clock: FakeClock) -> Non
     assert newest["ago"] == pytest.approx(5.0)
     assert "b" in json.dumps(events[0])
     assert all(e["endpoint"] in {"a", "b", None} for e in events)
+
+
+async def test_times_are_unix_times_and_durations_never_readings_of_the_balancers_clock(clock: FakeClock) -> None:
+    lb = static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock)
+    app = StatusApp(lb)
+    clock.advance(123_456.0)  # a monotonic clock's reading: meaningless outside the process
+    async with lb:
+        permit = lb.acquire(exclude=["b"])
+        async with permit:
+            permit.fail(poise.Fault.TRANSIENT, retry_after=30.0)
+        clock.advance(4.0)
+        before = time.time()
+        data = await _status(app)
+        after = time.time()
+    assert before - 0.01 <= data["generated_at"] <= after + 0.01
+    opened = next(e for e in data["balancers"][0]["events"] if e["type"] == "CircuitOpened")
+    assert opened["ago"] == pytest.approx(4.0)
+    assert opened["at"] == pytest.approx(data["generated_at"] - 4.0, abs=0.01)  # the wall clock's when
+    assert opened["fields"]["reopen_in"] == pytest.approx(26.0)  # seconds, a number: the page words it
+    assert not any(isinstance(v, str) and v.endswith(" s") for v in opened["fields"].values())
+    window = data["balancers"][0]["endpoints"][0]["window_left"]
+    assert window == pytest.approx(26.0)
+    text = json.dumps(data)
+    assert not re.search(r"\d\.\d{5,}", text), "numbers are rounded"
 
 
 async def test_close_stops_collecting_events(clock: FakeClock) -> None:
