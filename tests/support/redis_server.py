@@ -54,16 +54,25 @@ def free_port() -> int:
         return port
 
 
-def cluster_port() -> int:
-    """A free loopback port for a cluster node: at most 55535, its bus port (+10000) free too."""
+def cluster_port(taken: set[int] | None = None) -> int:
+    """A free loopback port for a cluster node, its bus port (+10000) free too.
+
+    Both are below Linux's ephemeral range (32768 and up), so no outgoing connection takes
+    one between this check and the node's start; ``taken`` holds the ports (node and bus)
+    already handed to the cluster's other nodes, which are not listening yet either.
+    """
+    taken = set() if taken is None else taken
     for _ in range(200):
-        port = random.randint(20_000, 55_000)
+        port = random.randint(10_000, 22_000)
+        if port in taken or port + 10_000 in taken:
+            continue
         try:
             for p in (port, port + 10_000):
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                     s.bind(("127.0.0.1", p))
         except OSError:
             continue
+        taken.update((port, port + 10_000))
         return port
     raise RedisServerError("no free port pair for a Redis cluster node")
 
@@ -183,10 +192,11 @@ class RedisCluster:
     def __init__(self, directory: Path, *, masters: int = 3, replicas: int = 1) -> None:
         self.directory = directory
         self.replicas = replicas
+        taken: set[int] = set()
         self.nodes = [
             RedisServer(
                 directory / f"node{i}",
-                port=cluster_port(),
+                port=cluster_port(taken),
                 extra=[
                     "--cluster-enabled",
                     "yes",
