@@ -157,10 +157,10 @@ class Attempts:
             raise StopAsyncIteration
         attempt: AttemptScope | None
         pacing = self._pacing
-        if pacing is not None and not self._started and pacing.wait_acquire is not None:
-            attempt = await self.first()
+        if pacing is not None and not self._started:
+            attempt = await self.first()  # it waits, if the request waits
         else:
-            if pacing is not None and self._started and not await self._paced(pacing):
+            if pacing is not None and not await self._paced(pacing):  # a retry: back off first
                 raise StopAsyncIteration
             attempt = self.next()
             if attempt is None:
@@ -238,10 +238,9 @@ class Attempts:
         try:
             permit = self._acquire(loop.exclude)
         except SelectionError:
-            if not loop.attempts_made:
-                self._done = True
-                raise
             self._done = True
+            if not loop.attempts_made:
+                raise
             return None
         return self._take(permit)
 

@@ -60,7 +60,7 @@ from ._issuer import PermitIssuer
 from ._knobs import check_count, check_duration
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
-from ._retry import call_with_options, call_with_retries, check_hedge
+from ._retry import call_with_options, call_with_retries
 from ._snapshot import PoolSnapshot, pool_snapshot
 from ._statistics import BalancerStatistics
 from ._telemetry import DEFAULT_EVENT_BUFFER, EventStream, Observer, Telemetry
@@ -401,7 +401,7 @@ class LoadBalancer(PermitIssuer):
             **kwargs: passed to ``fn``.
         """
         if hedge is None and wait is None and backoff is None and deadline is None:
-            return await call_with_retries(self, fn, args, kwargs, attempts=attempts, key=key)
+            return await call_with_retries(self._internals.attempts(attempts, key=key), fn, args, kwargs)
         return await call_with_options(
             self,
             fn,
@@ -409,7 +409,7 @@ class LoadBalancer(PermitIssuer):
             kwargs,
             attempts=attempts,
             key=key,
-            hedge=check_hedge(hedge),
+            hedge=hedge,  # checked by the driver's hedging state
             wait=wait,
             backoff=backoff,
             deadline=deadline,

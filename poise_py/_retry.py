@@ -18,7 +18,6 @@ import anyio
 from ._attempts import Attempt, Attempts, AttemptScope
 from ._core._retry import RETRYABLE, Next
 from ._core._tails import Hedge, HedgeState, RetryBackoff
-from ._errors import ConfigError
 from ._knobs import check_duration
 
 if TYPE_CHECKING:
@@ -30,16 +29,9 @@ __all__ = ["RETRYABLE", "Attempt", "call_with_options", "call_with_retries", "he
 
 
 async def call_with_retries(
-    lb: LoadBalancer,
-    fn: Callable[..., Awaitable[T]],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    *,
-    attempts: int,
-    key: Hashable | None,
+    tries: Attempts, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> T:
-    """The body of ``LoadBalancer.call`` without options (the common call); see there."""
-    tries = lb._internals.attempts(attempts, key=key)
+    """One request's attempts, one at a time: ``LoadBalancer.call``'s loop, with or without options."""
     async for attempt in tries:
         async with attempt:
             return await fn(attempt.endpoint, *args, **kwargs)
@@ -82,16 +74,13 @@ async def _paced(
     now: Callable[[], float],
 ) -> T:
     """One request with its options: hedged when ``state`` is given, else one attempt at a time."""
-    if state is not None:
+    if state is None:
+        return await call_with_retries(tries, fn, args, kwargs)
 
-        async def once(attempt: AttemptScope) -> T:
-            return await fn(attempt.endpoint, *args, **kwargs)
+    async def once(attempt: AttemptScope) -> T:
+        return await fn(attempt.endpoint, *args, **kwargs)
 
-        return await hedged(tries, state, once, now=now)
-    async for attempt in tries:
-        async with attempt:
-            return await fn(attempt.endpoint, *args, **kwargs)
-    return tries.outcome()  # type: ignore[no-any-return] # every attempt failed: raises the last error
+    return await hedged(tries, state, once, now=now)
 
 
 def _scope(fn: Callable[..., Any]) -> Hashable:
@@ -123,12 +112,18 @@ async def hedged(
     state.started()
     first = await tries.first()
     answer: list[T] = []
-    won = [False]
     fatal: list[BaseException] = []
     failures: list[BaseException] = []
     live: set[AttemptScope] = set()
     retries = [0]
     poke = [anyio.Event()]
+
+    def end(by: AttemptScope, task_group: anyio.abc.TaskGroup) -> None:
+        """``by`` decided the request: the others' permits end as superseded, their tasks are cancelled."""
+        for attempt in live:
+            if attempt is not by and not attempt.permit.done:
+                attempt.permit.cancel(superseded=True)  # counted nowhere, before its task is cancelled
+        task_group.cancel_scope.cancel()
 
     async def run(attempt: AttemptScope, is_hedge: bool, task_group: anyio.abc.TaskGroup) -> None:  # noqa: FBT001
         started = now()
@@ -138,8 +133,7 @@ async def hedged(
         except Exception as exc:  # noqa: BLE001 - judged by the driver, not retried: this attempt's final error
             if attempt.step is Next.NOT_RETRYABLE:
                 fatal.append(exc)
-                _supersede(live, attempt)
-                task_group.cancel_scope.cancel()
+                end(attempt, task_group)
             else:
                 failures.append(exc)
         else:
@@ -147,14 +141,13 @@ async def hedged(
             if step is Next.RETRY:
                 retries[0] += 1
             elif step is Next.NOT_RETRYABLE:  # a failed result that says the request is bad (a 4xx): it is the answer
-                _supersede(live, attempt)
-                task_group.cancel_scope.cancel()
+                end(attempt, task_group)
             elif step is None and not answer:
                 answer.append(value)
-                won[0] = is_hedge
                 state.observe(now() - started)
-                _supersede(live, attempt)
-                task_group.cancel_scope.cancel()
+                if is_hedge:
+                    state.won += 1
+                end(attempt, task_group)
         finally:
             live.discard(attempt)
             poke[0].set()
@@ -196,8 +189,6 @@ async def hedged(
             delay = state.delay()
             next_at = None if delay is None else now() + delay
     if answer:
-        if won[0]:
-            state.won += 1
         await tries.drop_kept()
         return answer[0]
     if fatal:
@@ -205,18 +196,3 @@ async def hedged(
     if failures and tries.kept() is None:
         raise failures[-1]  # annotated by its attempt's block
     return tries.outcome()  # type: ignore[no-any-return] # a kept failed result, or the last error
-
-
-def _supersede(live: set[AttemptScope], winner: AttemptScope) -> None:
-    """The other attempts in flight lost: each permit ends now, counted nowhere, before its task is cancelled."""
-    for attempt in live:
-        permit = attempt.permit
-        if attempt is not winner and not permit.done:
-            permit.cancel(superseded=True)
-
-
-def check_hedge(hedge: object) -> Hedge | None:
-    """``hedge`` as given, if it is a :class:`Hedge` or None; ConfigError otherwise."""
-    if hedge is None or isinstance(hedge, Hedge):
-        return hedge
-    raise ConfigError("hedge", f"must be a poise.Hedge(...) or None, got {hedge!r:.80}")
