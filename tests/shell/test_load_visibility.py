@@ -168,14 +168,19 @@ async def test_statistics_count_calls_passed_over_a_full_endpoint_and_calls_shed
     assert stats.endpoints["a"].selections[poise.DecisionMode.LIMITED] == 0
 
 
-@pytest.mark.backends("trio")
-async def test_the_overhead_bench_prints_load_control_as_a_multiple_of_the_same_policy_off() -> None:
+async def bench_rows(title: str, *, load: bool, calls: bool) -> list[str]:
+    """The rows ``bench/overhead.py`` prints under the table whose title starts with ``title`` (a tiny run)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        await overhead.main(20, 2, "trio", windows=False, peers=False, load=True, calls=False)
+        await overhead.main(20, 2, "trio", windows=False, peers=False, load=load, calls=calls)
     lines = out.getvalue().splitlines()
-    header = lines.index(next(line for line in lines if line.startswith("load control, 10 eps")))
-    rows = lines[header + 2 :]
+    header = lines.index(next(line for line in lines if line.startswith(title)))
+    return lines[header + 2 :]
+
+
+@pytest.mark.backends("trio")
+async def test_the_overhead_bench_prints_load_control_as_a_multiple_of_the_same_policy_off() -> None:
+    rows = await bench_rows("load control, 10 eps", load=True, calls=False)
     assert len(rows) == len(overhead.POLICIES) * len(overhead.LOADS)
     for (policy, _), chunk in zip(overhead.POLICIES, [rows[:6], rows[6:]], strict=True):
         assert [row.split()[0] for row in chunk] == [policy] * len(overhead.LOADS)
@@ -186,12 +191,7 @@ async def test_the_overhead_bench_prints_load_control_as_a_multiple_of_the_same_
 
 @pytest.mark.backends("trio")
 async def test_the_overhead_bench_prints_lb_call_and_each_option_against_the_same_call_by_hand() -> None:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        await overhead.main(20, 2, "trio", windows=False, peers=False, load=False, calls=True)
-    lines = out.getvalue().splitlines()
-    header = lines.index(next(line for line in lines if line.startswith("lb.call on a no-op")))
-    rows = lines[header + 2 :]
+    rows = await bench_rows("lb.call on a no-op", load=False, calls=True)
     assert [row[:34].strip() for row in rows] == [name for name, _ in overhead.CALLS]
     assert rows[0].split()[-1] == "1.00"  # the call by hand over itself
     assert all(float(row.split()[-1]) > 0 for row in rows)
