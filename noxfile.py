@@ -9,7 +9,9 @@
   ``--no-venv`` (``nox --no-venv -s coverage``) to measure in the current environment.
 - ``nox -s bench`` runs the benchmarks; ``nox -s docs`` builds the documentation site
   (strict); ``nox -s build`` builds the wheel and sdist and installs each into a clean
-  virtualenv; ``nox -s verifytypes`` scores the public type surface with pyright.
+  virtualenv; ``nox -s wheels`` builds into ``dist/`` the compiled wheel for this platform
+  (mypyc) and the pure ``py3-none-any`` one; ``nox -s verifytypes`` scores the public type
+  surface with pyright.
 
 Interpreters are looked up on ``PATH`` as ``python3.X``; pyenv installs under
 ``$PYENV_ROOT/versions/`` (default ``~/.pyenv``) are put on ``PATH`` first, so nox finds each
@@ -143,6 +145,35 @@ def build(session: nox.Session) -> None:
         session.run(python, "-m", "pip", "install", "-q", str(artifact), external=True)
         with session.chdir(tmp):  # not the source tree: import what was installed
             session.run(python, "-c", _CHECK, external=True)
+
+
+@nox.session(python=PYTHONS)
+def wheels(session: nox.Session) -> None:
+    """Into ``dist/``: the compiled wheel for this platform (mypyc; a C compiler) and the pure one.
+
+    The compiled wheel is built from an sdist in a temporary directory (mypyc writes its
+    extension modules beside the sources it compiles, which would leave them in this tree).
+    ``tests/docs/test_wheels.py`` installs both kinds into fresh venvs and smoke-runs them.
+    """
+    dist = Path.cwd() / "dist"
+    dist.mkdir(exist_ok=True)
+    for old in dist.glob("poise_py-*.whl"):
+        old.unlink()
+    session.install("build")
+    scratch = Path(session.create_tmp()).resolve() / "compiled"
+    shutil.rmtree(scratch, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(scratch), env={"HATCH_BUILD_HOOK_ENABLE_MYPYC": "true"})
+    for wheel in scratch.glob("*.whl"):
+        shutil.move(wheel, dist / wheel.name)
+    session.run(
+        "python", "-m", "build", "--wheel", "--outdir", str(dist), env={"HATCH_BUILD_HOOK_ENABLE_MYPYC": "false"}
+    )
+    built = sorted(dist.glob("poise_py-*.whl"))
+    pure = [wheel for wheel in built if wheel.name.endswith("-py3-none-any.whl")]
+    if len(built) != 2 or len(pure) != 1:
+        session.error(f"expected one compiled and one py3-none-any wheel, got {[w.name for w in built]}")
+    for wheel in built:
+        session.log(f"built {wheel.relative_to(Path.cwd())}")
 
 
 @nox.session(python=PYTHONS)

@@ -6,7 +6,9 @@ The wheel is built as a user builds it (``HATCH_BUILD_HOOK_ENABLE_MYPYC=true``, 
 in pip's isolated build environment), its extension modules are unpacked over this tree
 (an extension module is imported before the ``.py`` beside it), the suite runs on them with
 ``POISE_EXPECT_COMPILED=1`` (``tests/shell/test_build.py`` fails if the import found the
-other build), and they are removed again however the run ends.
+other build), and they are removed again however the run ends. If ``POISE_COMPILED_WHEEL``
+names a directory, the wheel is kept there (``.ci/run`` sets it): ``tests/docs/test_wheels.py``
+installs that wheel instead of building its own.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main(pytest_args: list[str]) -> int:
     """Build, unpack, run the suite with ``pytest_args``, clean up; pytest's exit status."""
-    with tempfile.TemporaryDirectory() as out:
+    kept = os.environ.get("POISE_COMPILED_WHEEL")
+    with tempfile.TemporaryDirectory() as scratch:
+        out = kept or scratch
         env = {**os.environ, "HATCH_BUILD_HOOK_ENABLE_MYPYC": "true"}
         subprocess.run(  # noqa: S603 - this interpreter, fixed arguments
             [sys.executable, "-m", "build", "-q", "--wheel", "--outdir", out, str(ROOT)],

@@ -1,14 +1,22 @@
-"""Run every configuration of a scenario and gather the results."""
+"""Run every configuration of a scenario and gather the results; several scenarios over processes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
+from anyio.streams.text import TextReceiveStream
 
 from ._engine import Configuration, Engine, RunResult
-from ._scenario import Scenario
+from ._quick import Shortening, quick
+from ._scenario import Scenario, load_scenario
 
 
 @attrs.frozen(kw_only=True)
@@ -111,3 +119,106 @@ def run_configuration(
         client=scenario.client,
     )
     return engine.run()
+
+
+def prepare(source: str | Path, *, full: bool) -> tuple[Scenario, Shortening]:
+    """The scenario ``source`` names as a run simulates it: whole with ``full``, else its quick version."""
+    scenario = load_scenario(source)
+    if full:
+        traffic = scenario.traffic
+        return scenario, Shortening(factor=1.0, thinned=False, full_rps=traffic.rps, full_duration=traffic.duration)
+    return quick(scenario)
+
+
+@attrs.frozen(kw_only=True)
+class Job:
+    """One scenario for :func:`run_in_processes`: its source (a built-in name or a TOML path), seed and length."""
+
+    source: str
+    seed: int | None = None
+    full: bool = False
+
+
+class WorkerError(RuntimeError):
+    """Raised by :func:`run_in_processes` when a scenario's process fails; carries the process's stderr."""
+
+
+async def run_in_processes(
+    jobs: Sequence[Job],
+    *,
+    processes: int,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> list[tuple[RunResult, ...]]:
+    """Run each job's scenario in a new process of its own, at most ``processes`` at once; results in job order.
+
+    Every scenario runs in a process that has run nothing else, exactly as ``poise
+    simulate NAME`` runs it, so its figures do not depend on how many processes run, in
+    which order, or beside which other scenarios. ``progress(job, configuration,
+    virtual_seconds_done)`` is called as each run advances. Jobs start in the order given
+    (put the longest first).
+    """
+    if processes < 1:
+        raise ValueError(f"processes: at least 1, got {processes}")
+    results: list[tuple[RunResult, ...] | None] = [None] * len(jobs)
+    pending = iter(range(len(jobs)))
+
+    async def worker(directory: Path) -> None:
+        for index in pending:
+            results[index] = await _run_job(index, jobs[index], directory, progress)
+
+    with tempfile.TemporaryDirectory(prefix="poise-simulate-") as directory:
+        async with anyio.create_task_group() as group:
+            for _ in range(min(processes, len(jobs))):
+                group.start_soon(worker, Path(directory))
+    done = [r for r in results if r is not None]
+    assert len(done) == len(jobs)  # noqa: S101 - every worker ran to the end or raised
+    return done
+
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+"""The directory holding this copy of ``poise_py``, for the children's ``PYTHONPATH``."""
+
+
+async def _run_job(
+    index: int, job: Job, directory: Path, progress: Callable[[int, int, float], None] | None
+) -> tuple[RunResult, ...]:
+    out = directory / f"{index}.pickle"
+    env = dict(os.environ)
+    # The child imports this very copy of poise_py, whatever its working directory holds.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    command = [
+        sys.executable,
+        "-m",
+        "poise_py.sim._worker",
+        job.source,
+        "-" if job.seed is None else str(job.seed),
+        "full" if job.full else "quick",
+        str(out),
+    ]
+    errors: list[str] = []
+    async with await anyio.open_process(command, stdin=None, env=env) as process:
+        assert process.stdout is not None  # noqa: S101 - piped above
+        assert process.stderr is not None  # noqa: S101
+
+        async def drain_stderr() -> None:
+            errors.extend([text async for text in TextReceiveStream(process.stderr)])  # type: ignore[arg-type]
+
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(drain_stderr)
+                buffer = ""
+                async for text in TextReceiveStream(process.stdout):
+                    buffer += text
+                    *lines, buffer = buffer.split("\n")
+                    for line in lines:
+                        configuration, done = line.split()
+                        if progress is not None:
+                            progress(index, int(configuration), float(done))
+            status = await process.wait()
+        except BaseException:
+            process.kill()
+            raise
+    if status != 0:
+        raise WorkerError(f"simulating {job.source} failed (exit status {status}):\n{''.join(errors)}")
+    results: tuple[RunResult, ...] = pickle.loads(out.read_bytes())  # noqa: S301 - written by our own child
+    return results

@@ -6,6 +6,7 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -122,6 +123,36 @@ async def test_status_json_shows_each_endpoints_effective_weight_ramp_limit_and_
     assert (b["weight"], b["ramp_progress"], b["concurrency_limit"], b["max_in_flight"]) == (4, 0.25, 5, 3)
     assert b["effective_weight"] == pytest.approx(4 * 0.25)
     assert any(e["type"] == "SlowStartBegan" and e["endpoint"] == "<b>" for e in balancer["events"])
+
+
+async def test_status_json_shows_what_each_backend_reported_about_its_load(clock: FakeClock) -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a"), poise.Endpoint("b")]), clock=clock)
+    app = StatusApp(lb)
+    async with lb:
+        async with lb.acquire(exclude=["b"]) as permit:
+            permit.report_load(poise.LoadReport(cpu_utilization=0.9, application_utilization=0.4, qps=20.0, eps=2.0))
+        clock.advance(1.5)
+        data = await _status(app)
+    a, b = data["balancers"][0]["endpoints"]
+    assert a["load"] == {"utilization": 0.4, "qps": 20.0, "eps": 2.0, "weight": 40.0, "reported_ago": 1.5}
+    assert b["load"] is None
+    assert a["quota"] is None
+
+
+async def test_status_json_shows_what_each_provider_said_is_left_of_its_quota(clock: FakeClock) -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a"), poise.Endpoint("b")]), clock=clock)
+    app = StatusApp(lb)
+    async with lb:
+        async with lb.acquire(exclude=["b"]) as permit:
+            permit.report_quota(poise.Quota(requests_remaining=0, requests_reset=30.0))
+        async with lb.acquire(exclude=["a"]) as permit:
+            permit.report_quota(poise.Quota(requests_limit=100, requests_remaining=42))
+        clock.advance(10.0)
+        data = await _status(app)
+    a, b = data["balancers"][0]["endpoints"]
+    assert a["quota"] == {"remaining": 0, "resets_in": 20.0}
+    assert a["ineligible"] == "quota"
+    assert b["quota"] == {"remaining": 42, "resets_in": None}
 
 
 async def test_an_endpoint_the_ejection_guard_keeps_shows_as_degraded(clock: FakeClock) -> None:
@@ -326,3 +357,244 @@ async def test_serve_refuses_a_bad_port(port: Any) -> None:
     with pytest.raises(poise.ConfigError) as info:
         await serve(app, port)
     assert info.value.knob == "port"
+
+
+async def test_headline_rows_are_served_at_the_top_of_status_json(clock: FakeClock) -> None:
+    lb = static_lb("a", clock=clock)
+    figures = [("poise_py", "99.8% ok"), ("naive round robin", "91.2% ok")]
+    app = StatusApp(lb, headline=lambda: figures)
+    data = await _status(app)
+    assert data["headline"] == [
+        {"label": "poise_py", "text": "99.8% ok"},
+        {"label": "naive round robin", "text": "91.2% ok"},
+    ]
+    figures.append(("calls", "12"))  # called on every fetch
+    assert (await _status(app))["headline"][-1] == {"label": "calls", "text": "12"}
+
+
+async def test_no_headline_gives_an_empty_list(clock: FakeClock) -> None:
+    assert (await _status(StatusApp(static_lb("a", clock=clock))))["headline"] == []
+
+
+@pytest.mark.parametrize("bad", ["rows", 3, [("a", "b")]])
+def test_a_headline_that_is_not_callable_is_refused_naming_headline(bad: object, clock: FakeClock) -> None:
+    with pytest.raises(poise.ConfigError, match="headline"):
+        StatusApp(static_lb("a", clock=clock), headline=bad)
+
+
+@pytest.mark.parametrize(
+    "headline",
+    [
+        lambda: 1 / 0,
+        lambda: "not rows",
+        lambda: [("label only",)],
+        lambda: [("label", 3)],
+    ],
+)
+async def test_a_failing_headline_shows_nothing_and_is_logged_once(
+    headline: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = StatusApp(static_lb("a", clock=clock), headline=headline)
+    for _ in range(3):
+        data = await _status(app)
+        assert data["headline"] == []
+        assert data["balancers"][0]["name"] == "balancer"  # the rest of the page is served
+    failures = [r for r in caplog.records if "headline" in r.getMessage()]
+    assert len(failures) == 1
+    assert failures[0].name == "poise_py.contrib.status"
+
+
+async def test_headline_text_is_redacted_and_bounded(clock: FakeClock) -> None:
+    app = StatusApp(static_lb("a", clock=clock), headline=lambda: [("db", "https://u:pw@db/?token=t" + "x" * 900)])
+    (row,) = (await _status(app))["headline"]
+    assert "pw" not in row["text"]
+    assert row["text"].startswith("https://***@db/?token=***")
+    assert len(row["text"]) < 600
+
+
+# -- the per-endpoint figures, the history, the schema --------------------------------------
+
+
+async def _calls(lb: poise.LoadBalancer, clock: FakeClock, endpoint: str, seconds: float, n: int, fault: Any) -> None:
+    """``n`` calls to ``endpoint`` that each take ``seconds`` on ``clock`` and end with ``fault`` (None: success)."""
+    others = [e.id for e in lb.snapshot().endpoints if e.id != endpoint]
+    for _ in range(n):
+        permit = lb.acquire(exclude=others)
+        async with permit:
+            clock.advance(seconds)
+            if fault is not None:
+                permit.fail(fault)
+
+
+async def test_each_endpoint_shows_its_last_minutes_success_rate_rate_and_latency(clock: FakeClock) -> None:
+    lb = static_lb("a", "b", clock=clock)
+    app = StatusApp(lb)
+    async with lb:
+        await _calls(lb, clock, "a", 0.010, 9, None)
+        await _calls(lb, clock, "a", 0.500, 1, poise.Fault.TRANSIENT)
+        await _calls(lb, clock, "b", 0.002, 4, None)
+        data = await _status(app)
+    a, b = data["balancers"][0]["endpoints"]
+    assert a["last_minute"]["calls"] == 10
+    assert a["last_minute"]["success_rate"] == 0.9
+    assert a["last_minute"]["p50"] == pytest.approx(0.010, rel=0.045)
+    assert a["last_minute"]["p99"] == pytest.approx(0.500, rel=0.045)
+    assert b["last_minute"] == {
+        "calls": 4,
+        "successes": 4,
+        "faults": 0,
+        "rate": 4.0,  # less than a second watched: over one second
+        "success_rate": 1.0,
+        "p50": pytest.approx(0.002, rel=0.045),
+        "p99": pytest.approx(0.002, rel=0.045),
+    }
+    total = data["balancers"][0]["last_minute"]
+    assert (total["calls"], total["successes"], total["faults"]) == (14, 13, 1)
+
+
+async def test_the_figures_leave_the_window_a_minute_after_the_calls(clock: FakeClock) -> None:
+    lb = static_lb("a", clock=clock)
+    app = StatusApp(lb)
+    async with lb:
+        await _calls(lb, clock, "a", 0.010, 3, None)
+        assert (await _status(app))["balancers"][0]["endpoints"][0]["last_minute"]["calls"] == 3
+        clock.advance(61.0)
+        later = (await _status(app))["balancers"][0]["endpoints"][0]["last_minute"]
+    assert later["calls"] == 0
+    assert later["success_rate"] is None
+    assert later["p99"] is None
+
+
+async def test_history_holds_five_minutes_of_rate_p99_and_circuit_state_per_endpoint(clock: FakeClock) -> None:
+    lb = static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock)
+    app = StatusApp(lb, poll_interval=2.0)
+    async with lb:
+        clock.advance(1000.0 - clock.now % 2 - 0.5)  # 1999.5: 1.5 s into the step from 1998
+        await _status(app)  # sees both closed
+        clock.advance(2.0)
+        await _calls(lb, clock, "b", 0.25, 1, poise.Fault.FATAL)  # opens b's circuit at 2001.75
+        clock.advance(4.0)
+        data = await _status(app)  # at 2005.75: the step from 2004 has not ended
+    step = data["balancers"][0]["history_step"]
+    a, b = (e["history"] for e in data["balancers"][0]["endpoints"])
+    assert step == 2.0
+    assert len(b["rate"]) == len(b["p99"]) == len(b["state"]) == 149
+    assert b["rate"][-3:] == [0.0, 0.5, 0.0]  # one call in a two-second step
+    assert b["p99"][-2] == pytest.approx(0.25, rel=0.045)
+    assert b["state"][-3:] == ["closed", "open", "open"]
+    assert a["state"][-1] == "closed"
+    assert b["start_at"] == pytest.approx(data["generated_at"] - (2005.75 - 1706.0), abs=0.01)  # 150 steps back
+    assert b["start_at_iso"].endswith("Z")
+
+
+async def test_in_flight_shows_against_the_lower_of_limit_and_cap(clock: FakeClock) -> None:
+    discovery = poise.StaticDiscovery([poise.Endpoint("a", metadata={"max_in_flight": 3}), poise.Endpoint("b")])
+    lb = poise.LoadBalancer(discovery, clock=clock)
+    app = StatusApp(lb)
+    async with lb, lb.acquire(exclude=["b"]):
+        a, b = (await _status(app))["balancers"][0]["endpoints"]
+    assert (a["inflight"], a["inflight_cap"]) == (1, 3)
+    assert b["inflight_cap"] is None
+
+
+async def test_repeated_degradation_events_are_one_line_with_a_count(clock: FakeClock) -> None:
+    lb = static_lb("a", "b", clock=clock)
+    app = StatusApp(lb)
+    observe = app._observers["balancer"]
+    for i in range(5):  # what the balancer sends as b flaps
+        observe(poise.EndpointDegraded(at=clock.now + i, endpoint_id="b", cause=None))
+        observe(poise.EndpointDegradationEnded(at=clock.now + i + 0.5, endpoint_id="b", ejected=False))
+    clock.advance(10.0)
+    async with lb:
+        events = (await _status(app))["balancers"][0]["events"]
+    (line,) = [e for e in events if e["endpoint"] == "b"]
+    assert line["type"] == "EndpointDegradationEnded"
+    assert line["endpoint"] == "b"
+    assert line["count"] == 10
+    assert line["types"] == {"EndpointDegraded": 5, "EndpointDegradationEnded": 5}
+    assert line["ago"] == pytest.approx(5.5)
+    assert line["first_ago"] == pytest.approx(10.0)
+    assert line["first_at"] == pytest.approx(line["at"] - 4.5, abs=0.01)
+
+
+async def test_status_json_has_a_schema_version_and_iso_times_beside_unix_times(clock: FakeClock) -> None:
+    lb = static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock)
+    app = StatusApp(lb)
+    async with lb:
+        await _calls(lb, clock, "b", 0.1, 1, poise.Fault.FATAL)
+        data = await _status(app)
+    assert data["schema"] == 2
+    assert data["poll_interval"] == 1.0
+
+    def same_moment(unix: float, iso: str) -> None:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", iso)
+        parsed = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+        assert parsed.tzinfo is not None
+        assert parsed.timestamp() == pytest.approx(unix, abs=0.0006)  # the same moment, to the millisecond
+
+    same_moment(data["generated_at"], data["generated_at_iso"])
+    balancer = data["balancers"][0]
+    same_moment(data["generated_at"], balancer["taken_at_iso"])
+    for event in balancer["events"]:
+        same_moment(event["at"], event["at_iso"])
+        same_moment(event["first_at"], event["first_at_iso"])
+    for e in balancer["endpoints"]:
+        same_moment(e["history"]["start_at"], e["history"]["start_at_iso"])
+
+
+def _numbers_are_numbers(value: Any, path: str = "") -> None:
+    """No number in ``value`` is a display string ("1.2 s", "50%", "3 ms")."""
+    if isinstance(value, str):
+        assert not re.fullmatch(r"-?[\d.]+ ?(s|ms|%|µs|/s)", value), f"{path} is a display string: {value!r}"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _numbers_are_numbers(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _numbers_are_numbers(v, f"{path}[{i}]")
+
+
+async def test_every_field_of_status_json_is_a_value_not_a_display_string(clock: FakeClock) -> None:
+    lb = static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock)
+    app = StatusApp(lb)
+    async with lb:
+        await _calls(lb, clock, "a", 0.123456789, 3, None)
+        await _calls(lb, clock, "b", 0.1, 1, poise.Fault.TRANSIENT)
+        data = await _status(app)
+    _numbers_are_numbers(data)
+    assert not re.search(r"\d\.\d{7,}", json.dumps(data)), "latencies to the microsecond, others to 4 places"
+
+
+async def test_close_removes_the_call_observer_too(clock: FakeClock) -> None:
+    lb = static_lb("a", clock=clock)
+    app = StatusApp(lb)
+    app.close()
+    async with lb:
+        await _calls(lb, clock, "a", 0.01, 3, None)
+        data = await _status(app)
+    assert data["balancers"][0]["endpoints"][0]["last_minute"]["calls"] == 0
+    assert lb._call_observers == ()
+
+
+async def test_the_favicon_is_an_svg_served_by_the_app_and_linked_from_the_page(clock: FakeClock) -> None:
+    app = StatusApp(static_lb("a", clock=clock))
+    status, headers, body = await _get(app, "/favicon.svg")
+    assert status == 200
+    assert headers[b"content-type"] == b"image/svg+xml"
+    assert body.startswith(b"<svg")
+    page = (await _get(app, "/"))[2].decode()
+    assert '<link rel="icon" type="image/svg+xml" href="favicon.svg">' in page
+
+
+async def test_the_legend_explains_every_column_and_every_out_reason(clock: FakeClock) -> None:
+    from poise_py.contrib.status import COLUMNS, OUT_REASONS
+
+    page = (await _get(StatusApp(static_lb("a", clock=clock)), "/"))[2].decode()
+    for name, help_text in COLUMNS:
+        assert f"<dt>{name}</dt>" in page
+        assert len(help_text) > 20
+    assert set(OUT_REASONS) == set(poise.IneligibleReason)
+    for reason in poise.IneligibleReason:
+        assert f"<dt>out: {reason.value}</dt>" in page
+    for word in ("epoch", "escalation", "stale", "out: probes_taken"):
+        assert f"<dt>{word}</dt>" in page

@@ -37,7 +37,7 @@ def test_the_build_is_the_one_expected() -> None:
 
 
 def test_the_compiled_record_fills_whole_cache_lines() -> None:
-    # docs/performance.md, scaling: the allocator places blocks of a size that is a multiple
+    # bench/NOTES.md, scaling: the allocator places blocks of a size that is a multiple
     # of 64 at the same offset in a cache line, so a record whose CLOSED call's fields lie in
     # its first 64 bytes costs a random pick one line. Interpreted, the slots are laid out
     # alphabetically and the record is larger; only the compiled layout is held to this.
