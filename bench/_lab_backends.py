@@ -62,6 +62,7 @@ from anyio.abc import SocketAttribute
 from anyio.lowlevel import EventLoopToken, current_token
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from poise_py import sim
 from poise_py.sim import EndpointModel, HttpStatus, Overloaded
 
 DRAW_HEADER = "x-lab-draw"
@@ -132,6 +133,12 @@ class Station:
         self.busy = 0
         self.waiting: deque[anyio.Event] = deque()
         self.peak = self.served = self.shed = 0
+        self.meter = sim.LoadMeter() if model.reports_load else None
+        """What an ORCA server measures of itself (``reports_load``), as the simulator's endpoints do."""
+
+    def _metered(self, now: float) -> None:
+        if self.meter is not None:
+            self.meter.busy(now, self.busy)
 
     def _capacity(self, now: float) -> float:
         capacity = self.model.capacity_at(now)
@@ -148,6 +155,7 @@ class Station:
         while self.waiting and self.busy < capacity:
             self.busy += 1
             self.waiting.popleft().set()
+        self._metered(self.board.elapsed())
         self._publish()
 
     async def call(self, draws: tuple[float, float] | None) -> tuple[int, list[tuple[str, str]]]:
@@ -160,6 +168,7 @@ class Station:
         error = phase.error if u_error < phase.error_rate else None
         if self.busy < self._capacity(now) and not self.waiting:
             self.busy += 1
+            self._metered(now)
             self._publish()
         elif model.max_queue is not None and len(self.waiting) >= model.max_queue:
             self.shed += 1
@@ -177,7 +186,14 @@ class Station:
             self.busy -= 1
             self.served += 1
             self.kick()
-        return (200, []) if error is None else _answer(error)
+        status, headers = (200, []) if error is None else _answer(error)
+        meter = self.meter
+        if meter is not None:  # the answer carries the server's load report, as the simulator's do
+            end = self.board.elapsed()
+            meter.answered(end, error=error is not None)
+            report = meter.report(end, self._capacity(end))
+            headers = [*headers, ("endpoint-load-metrics", report.to_text())]
+        return status, headers
 
     async def follow_phases(self) -> None:
         """Start waiting calls at each phase start (a phase may raise the capacity)."""

@@ -177,11 +177,16 @@ CONFIGURATIONS: dict[str, LabConfiguration] = {
             health=True,
             transport=lambda: {"hedge": poise.Hedge(delay=0.15)},
         ),
+        LabConfiguration(
+            name="poise_py + load reports",
+            policy=lambda: poise.WeightedByLoad(blackout_period=0.5),
+            health=True,
+        ),
     )
 }
 """The lab's configurations; each runs with its ``circuit`` (default ``poise.CircuitPolicy()``) and
 the scenario's classifier. The first five run by default; the next two are overload-503's own, the next two overload's,
-then stragglers' and gray-failure's (as their scenario files configure them)."""
+then stragglers' and gray-failure's, then heterogeneous-pool's (as their scenario files configure them)."""
 
 DEFAULT_CONFIGURATIONS = tuple(CONFIGURATIONS)[:5]
 

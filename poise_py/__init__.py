@@ -49,6 +49,7 @@ from ._core._selection import Policy as Policy
 from ._core._selection import PowerOfTwoChoices as PowerOfTwoChoices
 from ._core._selection import Random as Random
 from ._core._selection import RoundRobin as RoundRobin
+from ._core._selection import WeightedByLoad as WeightedByLoad
 from ._core._selection import WeightedRandom as WeightedRandom
 from ._core._selection import WeightedRoundRobin as WeightedRoundRobin
 from ._core._shared import PROTOCOL_VERSION as PROTOCOL_VERSION
@@ -119,9 +120,15 @@ from ._events import SlowStartBegan as SlowStartBegan
 from ._events import SlowStartEnded as SlowStartEnded
 from ._faults import Classification as Classification
 from ._faults import Fault as Fault
+from ._load_report import LoadReport as LoadReport
+from ._load_report import LoadReportError as LoadReportError
+from ._load_report import load_report_from_headers as load_report_from_headers
+from ._load_report import load_report_from_metadata as load_report_from_metadata
 from ._logs import LogLimit as LogLimit
 from ._membership import Readiness as Readiness
 from ._permit import Permit as Permit
+from ._quota import Quota as Quota
+from ._quota import quota_from_headers as quota_from_headers
 from ._retry import Attempt as Attempt
 from ._snapshot import EndpointCounters as EndpointCounters
 from ._snapshot import EndpointSnapshot as EndpointSnapshot

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from ._core._pool import Pool
     from ._core._record import EndpointState
     from ._faults import Classification, Fault
+    from ._load_report import LoadReport
     from ._membership import Membership
+    from ._quota import Quota
     from ._telemetry import Telemetry
 
 Verdict = Callable[[BaseException, str], "Classification | None"]
@@ -99,6 +101,31 @@ class PermitExit:
         self.pool.cancel(state, ticket, counted=counted)
         if self.waiting:
             self.released()
+
+    def report_load(self, state: EndpointState, report: LoadReport) -> None:
+        """Keep an endpoint's ORCA load report (utilization: the application's if reported, else the CPU's)."""
+        self.pool.report_load(
+            state,
+            report,
+            self.clock.now(),
+            utilization=report.application_utilization or report.cpu_utilization,
+            qps=report.qps,
+            eps=report.eps,
+        )
+
+    def report_quota(self, state: EndpointState, quota: Quota) -> None:
+        """Keep what an endpoint's provider said of its quota: requests left, or spent and when it resets."""
+        if quota.exhausted:
+            self.pool.report_quota(state, self.clock.now(), remaining=0, resets_in=quota.resets_in)
+        elif quota.requests_remaining is not None:
+            share = quota.remaining_fraction
+            self.pool.report_quota(
+                state,
+                self.clock.now(),
+                remaining=quota.requests_remaining,
+                resets_in=None,
+                share=1.0 if share is None else share,
+            )
 
     def orphan(self, state: EndpointState, ticket: Ticket) -> None:
         """Queue a garbage-collected permit's cancellation (safe inside any pool operation)."""

@@ -34,6 +34,8 @@ class IneligibleReason(enum.Enum):
     """Its readiness check failed and it is cooling down."""
     NOT_READY = "not_ready"
     """It has just joined and its first readiness check has not passed yet."""
+    QUOTA = "quota"
+    """Its provider said its quota is spent (rate-limit headers): it rests, with no strike, until the quota resets."""
     EXCLUDED = "excluded"
     """The caller excluded it (``acquire(exclude=...)``), usually as already tried."""
     SCOPE = "scope"

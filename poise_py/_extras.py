@@ -6,9 +6,14 @@ import importlib
 from collections.abc import Iterable
 
 
+def install_hint(extra: str) -> str:
+    """How to install an extra, from an index or (what works today) from a clone of the repository."""
+    return f"pip install 'poise_py[{extra}]' (in a clone: pip install -e '.[{extra}]')"
+
+
 def missing_extra(what: str, extra: str) -> str:
-    """The one-line message: ``<what> needs: pip install 'poise_py[<extra>]'``."""
-    return f"{what} needs: pip install 'poise_py[{extra}]'"
+    """The one-line message: ``<what> needs: <install_hint(extra)>``."""
+    return f"{what} needs: {install_hint(extra)}"
 
 
 def first_missing(modules: Iterable[str]) -> str | None:

@@ -42,7 +42,7 @@ from ._core._pool import Pool
 from ._core._retry import Next, RetryLoop, check_attempts
 from ._core._tails import Hedge, HedgeState, RetryBackoff
 from ._errors import ConfigError
-from ._extras import missing_extra, require
+from ._extras import install_hint, missing_extra, require
 from ._faults import Classification, Fault
 from ._knobs import check_count, check_duration, check_number, is_number
 from ._logs import SHOWN_TEXT, LimitedLog
@@ -65,6 +65,7 @@ __all__ = [
     "check_number",
     "classifier_problem",
     "hedged",
+    "install_hint",
     "is_number",
     "missing_extra",
     "require",

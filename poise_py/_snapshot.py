@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import cast
 
 import attrs
 
@@ -18,6 +19,7 @@ from ._decision import DecisionMode
 from ._endpoint import AdminStatus, Endpoint
 from ._errors import IneligibleReason
 from ._faults import Fault
+from ._load_report import LoadReport
 
 HealthView = Callable[[str], HealthSnapshot | None]
 """Endpoint id -> its active-health view (the balancer's health runner)."""
@@ -69,8 +71,9 @@ class EndpointSnapshot:
         health: active health (``HealthCheck``), or None when the balancer has none.
         degraded: whether ``max_ejection_percent`` refused its ejection, making it reserve
             capacity (its circuit stays CLOSED; see ``DecisionMode.DEGRADED``).
-        effective_weight: its weight times its slow-start ramp factor: the weight every
-            policy gives it now (its weight when it is not in slow start).
+        effective_weight: its weight times its slow-start ramp factor and the share of its
+            provider's quota left: the weight every policy gives it now (its weight when it
+            is not in slow start and no provider said its quota is partly spent).
         ramp_progress: how far through its slow start it is, ``elapsed / window`` in
             [0, 1], or None when it is not in slow start (1.0: the window has passed and
             its next pick ends the ramp, with :class:`SlowStartEnded`).
@@ -79,6 +82,19 @@ class EndpointSnapshot:
         concurrency_limit: the limit :class:`AdaptiveConcurrency` has learned for it, or
             None without adaptive limits. It is not a candidate while as many calls as the
             lesser of this and ``max_in_flight`` are in flight.
+        load_report: the latest ORCA load report its backend sent (:class:`LoadReport`), or None.
+        load_reported_at: when it arrived (balancer clock), or None.
+        load_weight: the weight its reports make (gRPC's weighted round robin: ``qps /
+            (utilization + eps / qps * error_utilization_penalty)``), or None before a report
+            with both qps and utilization. :class:`WeightedByLoad` uses it once its blackout
+            period has passed and until it expires.
+        held_failures: failed calls still counted in its load by a
+            ``PowerOfTwoChoices(failure_penalty=...)`` (0 without one).
+        quota_remaining: the requests its provider's last answer said are left (at most
+            that many calls are in flight to it), 0 while it rests on a spent quota, or
+            None when no answer said.
+        quota_resets_at: when its spent quota resets (balancer clock) while it rests on it
+            (``eligible_reason`` QUOTA), else None.
     """
 
     endpoint: Endpoint
@@ -99,6 +115,12 @@ class EndpointSnapshot:
     ramp_progress: float | None = None
     max_in_flight: int | None = None
     concurrency_limit: int | None = None
+    load_report: LoadReport | None = None
+    load_reported_at: float | None = None
+    load_weight: float | None = None
+    held_failures: int = 0
+    quota_remaining: int | None = None
+    quota_resets_at: float | None = None
 
     @property
     def id(self) -> str:
@@ -189,12 +211,17 @@ def endpoint_snapshot(
     reported undecayed and a ramp at its start.
     """
     circuit = state.circuit
+    signal = state.load
     weight = float(state.endpoint.weight)
     ramp_progress: float | None = None
     max_in_flight: int | None = None
     concurrency_limit: int | None = None
     control = pool.control(state)
+    resets_at = pool.resting_until(state)
+    quota_remaining: int | None = 0 if resets_at is not None else None
     if control is not None:
+        if resets_at is None and control.quota < UNLIMITED:
+            quota_remaining = control.quota
         max_in_flight = None if control.cap >= UNLIMITED else control.cap
         limiter = control.limiter
         concurrency_limit = None if limiter is None else limiter.limit
@@ -204,6 +231,8 @@ def endpoint_snapshot(
             at = since if now is None or not now >= since else now  # NaN off the balancer's thread
             ramp_progress = min(1.0, (at - since) / slow_start.window)
             weight *= pool.ramp_factor(state, at)
+        else:
+            weight *= control.share
     return EndpointSnapshot(
         endpoint=state.endpoint,
         state=circuit.state,
@@ -221,6 +250,12 @@ def endpoint_snapshot(
         ramp_progress=ramp_progress,
         max_in_flight=max_in_flight,
         concurrency_limit=concurrency_limit,
+        load_report=None if signal is None else cast("LoadReport | None", signal.report),
+        load_reported_at=None if signal is None else signal.reported_at,
+        load_weight=None if signal is None or signal.weight <= 0.0 else signal.weight,
+        held_failures=0 if now is None else pool.held(state, now),
+        quota_remaining=quota_remaining,
+        quota_resets_at=resets_at,
     )
 
 

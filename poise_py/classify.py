@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from ._classify import Classifier, default_classifier
 from ._errors import ConfigError
 from ._faults import Classification, Fault
+from ._quota import quota_from_headers
 
 _LOAD_FAULTS = (Fault.SUSPECT, Fault.TRANSIENT)
 """Only a strike or a skip can be load-shaped; an override to FATAL, PERMANENT or CALLER is meant."""
@@ -37,6 +38,7 @@ __all__ = [
     "grpc",
     "http",
     "http_status",
+    "llm",
     "parse_retry_after",
 ]
 
@@ -67,9 +69,10 @@ GRPC_OVERLOAD: frozenset[str] = frozenset({"DEADLINE_EXCEEDED"})
 carries ``overload=True``. UNAVAILABLE does not (it is also what a refused connection
 gives, the sign of a dead endpoint), nor RESOURCE_EXHAUSTED (a quota: this endpoint's own)."""
 
-HTTP_OVERLOAD: frozenset[int] = frozenset({503, 504})
-"""The HTTP statuses that say the endpoint is loaded (``overload=True``); a 429 is a quota,
-this endpoint's own answer, and counts as ever."""
+HTTP_OVERLOAD: frozenset[int] = frozenset({503, 504, 529})
+"""The HTTP statuses that say the endpoint is loaded (``overload=True``; 529 is the "overloaded"
+answer of Anthropic's API and some proxies); a 429 is a quota, this endpoint's own answer, and
+counts as ever."""
 
 
 def _status_name(code: object) -> str | None:
@@ -200,9 +203,11 @@ def http_status(
 ) -> Fault | Classification | None:
     """The fault for an HTTP response status, or None for a success (1xx-3xx).
 
-    5xx -> SUSPECT (502/503/504 -> ``gateway``); 429 -> TRANSIENT; 401/403 -> PERMANENT;
-    other 4xx -> CALLER. A ``Retry-After`` header on a 429 or 5xx becomes ``retry_after``.
-    503 and 504 are load-shaped: their :class:`~poise_py.Classification` carries
+    5xx -> SUSPECT (502/503/504/529 -> ``gateway``); 429 -> TRANSIENT; 401/403 -> PERMANENT;
+    other 4xx -> CALLER. On a 429 or 5xx, ``retry-after-ms`` (LLM providers') or
+    ``Retry-After`` becomes ``retry_after``; a 429 without either takes the reset of the
+    spent quota its rate-limit headers state (:func:`poise_py.quota_from_headers`). 503, 504
+    and 529 are load-shaped: their :class:`~poise_py.Classification` carries
     ``overload=True`` (:data:`HTTP_OVERLOAD`).
     """
     if status < 400:
@@ -213,17 +218,34 @@ def http_status(
         fault = Fault.PERMANENT
     elif status < 500:
         return Fault.CALLER
-    elif status in (502, 503, 504):
+    elif status in (502, 503, 504, 529):
         fault = gateway
     else:
         fault = Fault.SUSPECT
     retry_after = None
     if headers is not None and (status == 429 or status >= 500):
-        retry_after = parse_retry_after(_header(headers, "retry-after"))
+        retry_after = _milliseconds(_header(headers, "retry-after-ms"))
+        if retry_after is None:
+            retry_after = parse_retry_after(_header(headers, "retry-after"))
+        if retry_after is None and status == 429:
+            quota = quota_from_headers(headers)
+            if quota is not None and quota.exhausted:
+                retry_after = quota.resets_in
     overload = status in HTTP_OVERLOAD and fault in _LOAD_FAULTS
     if retry_after or overload:
         return Classification(fault, retry_after=retry_after or None, overload=overload)
     return fault
+
+
+def _milliseconds(value: str | None) -> float | None:
+    """Seconds from a ``retry-after-ms`` value (a non-negative number of milliseconds), or None."""
+    if value is None or len(value) > 32:
+        return None
+    try:
+        ms = float(value.strip())
+    except ValueError:
+        return None
+    return ms / 1000 if math.isfinite(ms) and ms >= 0 else None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -285,3 +307,16 @@ def http(*, gateway: Fault = Fault.SUSPECT, fallback: Classifier = default_class
         return fallback(exc)
 
     return classify
+
+
+def llm(*, fallback: Classifier = default_classifier) -> Classifier:
+    """The preset for a pool of LLM providers (the LLM gateway): :func:`http` with ``gateway=TRANSIENT``.
+
+    A provider's 502, 503, 504 or 529 ("overloaded") is its whole service shedding load, not
+    a broken endpoint: the call moves on to another provider without a strike. A 429 is
+    TRANSIENT with its ``retry-after-ms``, ``Retry-After`` or quota reset, as for
+    :func:`http`; the transport reads the rate-limit headers of every answer as well
+    (docs/backend-signals.md). With :class:`~poise_py.contrib.httpx.PoiseTransport`, pass
+    ``gateway=Fault.TRANSIENT`` for the same judgement of answered statuses.
+    """
+    return http(gateway=Fault.TRANSIENT, fallback=fallback)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from ._errors import ConfigError
-from ._extras import first_missing, missing_extra
-from ._version import VERSION
+from ._extras import first_missing, install_hint, missing_extra
+from ._version import VERSION, compiled
 
 REQUIRES: dict[str, tuple[str, tuple[str, ...]]] = {
     "demo": ("cli", ("trio", "httpx", "h11", "rich")),
@@ -37,11 +35,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate_checked(args: argparse.Namespace) -> int:
-    from rich.console import Console  # noqa: PLC0415 - the cli extra
-    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn  # noqa: PLC0415
-
     from . import sim  # noqa: PLC0415
-    from .sim._report import check_plot_path, plot, render_table  # noqa: PLC0415
+    from .sim._command import default_processes, simulate  # noqa: PLC0415
 
     if args.list:
         for name in sim.builtin_names():
@@ -49,55 +44,24 @@ def _simulate_checked(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         return 0
     if args.plot and importlib.util.find_spec("matplotlib") is None:
-        print("poise simulate: --plot needs matplotlib: pip install 'poise_py[sim]'", file=sys.stderr)
+        print(f"poise simulate: --plot needs matplotlib: {install_hint('sim')}", file=sys.stderr)
         return 2
-    scenarios = [sim.load_scenario(s) for s in (args.scenario or sim.builtin_names())]
-    if args.plot:
-        try:
-            check_plot_path(Path(args.plot))
-        except (OSError, ValueError) as exc:
-            print(f"poise simulate: --plot: cannot write {args.plot}: {exc}", file=sys.stderr)
-            return 2
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    errors = Console(stderr=True)
-    reports = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%"),
-        TimeRemainingColumn(),
-        console=errors,
-        transient=True,
-        disable=args.json or not errors.is_terminal,
-    ) as progress:
-        for scenario in scenarios:
-            duration = scenario.traffic.duration
-            tasks = {
-                c.name: progress.add_task(f"{scenario.name}: {c.name}", total=duration)
-                for c in scenario.all_configurations()
-            }
-
-            def advance(name: str, done: float, tasks: dict[str, TaskID] = tasks) -> None:
-                progress.update(tasks[name], completed=done)
-
-            reports.append(sim.run(scenario, seed=args.seed, progress=advance))
-    if args.plot:
-        plot(reports, Path(args.plot))
-    if args.json:
-        print(json.dumps([r.to_json() for r in reports], indent=2))
-    else:
-        for report in reports:
-            render_table(report, console)
-        if args.plot:
-            console.print(f"timeline written to {args.plot}")
-    sys.stdout.flush()
-    return 0
+    return simulate(
+        args.scenario or sim.builtin_names(),
+        seed=args.seed,
+        full=args.full,
+        processes=args.jobs or default_processes(),
+        as_json=args.json,
+        plot_path=args.plot,
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo  # noqa: PLC0415 - needs the cli extra
 
-    return run_demo(requests=args.requests, seed=args.seed, live=not args.no_live, web=args.web)
+    return run_demo(
+        requests=args.requests, seed=args.seed, live=not args.no_live, web=args.web, browser=not args.no_browser
+    )
 
 
 def _requests(text: str) -> int:
@@ -107,6 +71,16 @@ def _requests(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number of requests: {text!r}") from None
     if count < 1:
         raise argparse.ArgumentTypeError(f"at least 1 request, got {count}")
+    return count
+
+
+def _jobs(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of processes: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 process, got {count}")
     return count
 
 
@@ -120,14 +94,22 @@ def _port(text: str) -> int:
     return port
 
 
+def version_line() -> str:
+    """What ``poise --version`` prints: the version and which build is running."""
+    build = "compiled: mypyc" if compiled() else "pure Python"
+    return f"poise_py {VERSION} ({build})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``poise``."""
     parser = argparse.ArgumentParser(prog="poise", description="poise_py: a client-side load balancer.")
-    parser.add_argument("--version", action="version", version=f"poise_py {VERSION}")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="balance real HTTP backends on loopback with injected faults")
-    demo.add_argument("--requests", type=_requests, default=3000, help="requests per run, >= 1 (default 3000)")
+    demo.add_argument(
+        "--requests", type=_requests, default=3000, help="requests sent to each balancer, 200 a second (default 3000)"
+    )
     demo.add_argument("--seed", type=int, default=7, help="seed for fault injection and selection")
     demo.add_argument("--no-live", action="store_true", help="no live view, only the summary")
     demo.add_argument(
@@ -136,8 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
         const=0,
         type=_port,
         metavar="PORT",
-        help="also serve the live status page on 127.0.0.1:PORT (default: a free port, printed)",
+        help="also serve the status page of both balancers on 127.0.0.1:PORT (default: a free port), open it"
+        " in the browser, and keep serving it after the run until Ctrl-C",
     )
+    demo.add_argument("--no-browser", action="store_true", help="with --web: print the page's address, do not open it")
     demo.set_defaults(func=_demo)
 
     simulate = sub.add_parser("simulate", help="compare configurations on a virtual-time fault scenario")
@@ -146,6 +130,18 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--json", action="store_true", help="print JSON instead of tables")
     simulate.add_argument("--plot", metavar="FILE", help="write a PNG/SVG/PDF timeline (needs matplotlib)")
     simulate.add_argument("--list", action="store_true", help="list the built-in scenarios")
+    simulate.add_argument(
+        "--full",
+        action="store_true",
+        help="run every scenario whole (default: a quick run, each at most 8,000 requests per configuration)",
+    )
+    simulate.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help="scenarios simulated at once, one process each (default: twice the cores available)",
+    )
     simulate.set_defaults(func=_simulate)
     return parser
 

@@ -19,6 +19,7 @@ import anyio
 from ._core._health_schedule import Probe
 from ._endpoint import Endpoint
 from ._errors import ConfigError, ProbeFailed
+from ._extras import install_hint
 from ._knobs import check_count, optional
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def http_get(
     try:
         import httpx  # noqa: PLC0415 - an optional extra, imported only when asked for
     except ImportError as exc:
-        raise ConfigError("probes.http_get", "needs httpx: pip install 'poise_py[httpx]'") from exc
+        raise ConfigError("probes.http_get", f"needs httpx: {install_hint('httpx')}") from exc
     if not isinstance(path, str) or not path.startswith("/"):
         raise ConfigError("path", f"must be a string starting with '/', got {path!r}")
     if scheme not in ("http", "https"):

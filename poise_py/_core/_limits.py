@@ -210,33 +210,64 @@ class LoadControl:
         cap: the fixed cap (its metadata's ``max_in_flight``, else the balancer's), or
             :data:`UNLIMITED`.
         limiter: its adaptive limit, or None.
-        limit: the lesser of the cap and the adaptive limit: it is not a candidate while
-            this many calls are in flight.
+        quota: the calls its provider's quota has left (rate-limit headers), or
+            :data:`UNLIMITED` while none was said.
+        limit: the least of the cap, the adaptive limit and the quota: it is not a
+            candidate while this many calls are in flight.
         ramp_since: when its slow start began, or None when it is not ramping.
+        share: the share of its provider's quota left (1.0 while none was said): its
+            effective weight falls with it.
+        thins: whether a pick of it is kept only with some probability (it ramps, or its
+            quota's share is under 1): the one flag the hot path reads for both.
         reported: the limit last reported as an event.
     """
 
     cap: int
     limit: int
     limiter: AIMDLimiter | Gradient2Limiter | None
+    quota: int
     ramp_since: float | None
     reported: int
+    share: float
+    thins: bool
 
-    __slots__ = ("cap", "limit", "limiter", "ramp_since", "reported")
+    __slots__ = ("cap", "limit", "limiter", "quota", "ramp_since", "reported", "share", "thins")
 
     def __init__(self, cap: int, limiter: AIMDLimiter | Gradient2Limiter | None) -> None:
         self.cap = cap
         self.limiter = limiter
+        self.quota = UNLIMITED
         self.limit = cap if limiter is None else min(cap, limiter.limit)
         self.ramp_since = None
+        self.share = 1.0
+        self.thins = False
         self.reported = self.limit
         """The limit last reported as an event (telemetry's bookkeeping)."""
+
+    def ramp(self, since: float | None) -> None:
+        """Start (at ``since``) or end (None) its slow start."""
+        self.ramp_since = since
+        self.thins = since is not None or self.share < 1.0
+
+    def set_share(self, share: float) -> None:
+        """Take the share of its provider's quota left (0 to 1; 1.0: whole, or none said)."""
+        self.share = min(1.0, max(0.0, share))
+        self.thins = self.ramp_since is not None or self.share < 1.0
+
+    def _relimit(self) -> None:
+        limiter = self.limiter
+        limit = self.cap if limiter is None else min(self.cap, limiter.limit)
+        self.limit = min(limit, self.quota)
 
     def recap(self, cap: int) -> None:
         """Take a new fixed cap (an endpoint's metadata changed)."""
         self.cap = cap
-        limiter = self.limiter
-        self.limit = cap if limiter is None else min(cap, limiter.limit)
+        self._relimit()
+
+    def set_quota(self, quota: int) -> None:
+        """Take the calls its provider's quota has left (:data:`UNLIMITED`: none said, or it reset)."""
+        self.quota = quota
+        self._relimit()
 
     def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int | None:
         """Feed a completed call to the adaptive limit; the new limit if it changed, else None."""
@@ -244,7 +275,8 @@ class LoadControl:
         if limiter is None:
             return None
         before = self.limit
-        self.limit = min(self.cap, limiter.sample(rtt, in_flight, drop=drop))
+        limiter.sample(rtt, in_flight, drop=drop)
+        self._relimit()
         return self.limit if self.limit != before else None
 
 

@@ -14,12 +14,14 @@ compiles the pickers (and the rest of the hot path) while the policies stay attr
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Collection, Hashable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from .._errors import CapacityOverflow
+from ._load_signals import fill_weights
 from ._maglev import MaglevTable, key_hash
 from ._record import UNMEASURED
 from ._weights import STRIDE_SCALE, PackedSchedule, WeightBuckets, WeightClasses
@@ -29,15 +31,25 @@ if TYPE_CHECKING:
     from ._routing import Scope
 
 
-class Instant:
-    """The pool's latest clock reading, shared with pickers that weigh time (:class:`PeakEwma`)."""
+class PoolView:
+    """What a pool shares with its pickers, one object for every scope.
 
-    value: float
+    Attributes:
+        now: the pool's latest clock reading, for pickers that weigh time (:class:`PeakEwma`).
+        held: failed calls still counted against an endpoint's load, by endpoint (a
+            :class:`PowerOfTwoChoices` failure penalty): a pick adds them to the in-flight
+            count it compares. Empty while nothing failed lately, and then the pick pays one
+            truth test for it.
+    """
 
-    __slots__ = ("value",)
+    now: float
+    held: dict[EndpointState, int]
 
-    def __init__(self, value: float = 0.0) -> None:
-        self.value = value
+    __slots__ = ("held", "now")
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+        self.held = {}
 
 
 PickFn: TypeAlias = "Callable[[list[EndpointState], list[int], Hashable | None], EndpointState]"
@@ -118,11 +130,13 @@ class WeightedRoundRobinPicker:
 
 
 class P2CPicker:
-    __slots__ = ("_bias", "_candidates", "_random", "_tracked", "_weights", "pick", "schedule")
+    __slots__ = ("_bias", "_candidates", "_held", "_random", "_tracked", "_weights", "pick", "schedule")
 
     def __init__(self, unit: Callable[[], float], bias: float) -> None:
         self._random = unit
         self._bias = bias
+        self._held: dict[EndpointState, int] = {}
+        """Failed calls still counted against each endpoint (the pool's, see :class:`PoolView`)."""
         self._tracked = True
         """Whether the scope's loads mirror its candidates' in-flight counts (else read the states)."""
         self._candidates: list[EndpointState] = []
@@ -135,15 +149,20 @@ class P2CPicker:
     def attach(self, scope: Scope) -> None:
         self._candidates = scope.candidates
         self._tracked = scope.tracked
+        self._held = scope.view.held
 
     def _stride(self, state: EndpointState) -> int:
         weight = state.endpoint.weight
         bias = self._bias
+        load = state.inflight + 1
+        held = self._held
+        if held:
+            load += held.get(state, 0)
         if bias == 1.0:
-            return STRIDE_SCALE * (state.inflight + 1) // weight
+            return STRIDE_SCALE * load // weight
         if bias == 0.0:
             return STRIDE_SCALE // weight
-        return max(1, int(STRIDE_SCALE * (state.inflight + 1) ** bias / weight))
+        return max(1, int(STRIDE_SCALE * load**bias / weight))
 
     # The mode follows the weights of the scope's members, not of its candidates, so an
     # endpoint's health flapping never switches it; a switch (a discovery change of
@@ -190,6 +209,11 @@ class P2CPicker:
         j = int(rnd() * (n - 1))
         if j >= i:
             j += 1
+        held = self._held
+        if held:  # a failure penalty is running: held failures count as load
+            a = candidates[i]
+            b = candidates[j]
+            return b if b.inflight + held.get(b, 0) < a.inflight + held.get(a, 0) else a
         if self._tracked:  # the compact copy: two reads of one list, no record touched
             return candidates[j] if loads[j] < loads[i] else candidates[i]
         a = candidates[i]
@@ -205,7 +229,7 @@ class P2CPicker:
 
 
 class PeakEwmaPicker:
-    __slots__ = ("_decay", "_default", "_random", "_tracked", "now")
+    __slots__ = ("_decay", "_default", "_random", "_tracked", "view")
 
     def __init__(self, unit: Callable[[], float], default_rtt: float, decay: float) -> None:
         self._random = unit
@@ -213,10 +237,10 @@ class PeakEwmaPicker:
         self._decay = decay
         self._tracked = True
         """Whether the scope's loads mirror its candidates' in-flight counts (else read the states)."""
-        self.now = Instant()
+        self.view = PoolView()
 
     def attach(self, scope: Scope) -> None:
-        self.now = scope.instant
+        self.view = scope.view
         self._tracked = scope.tracked
 
     def cost(self, state: EndpointState, load: int, now: float) -> float:
@@ -230,12 +254,127 @@ class PeakEwmaPicker:
         if n == 1:
             return candidates[0]
         i, j = _two(self._random, n)
-        now = self.now.value
+        now = self.view.now
         a = candidates[i]
         b = candidates[j]
         if self._tracked:
             return b if self.cost(b, loads[j], now) < self.cost(a, loads[i], now) else a
         return b if self.cost(b, b.inflight, now) < self.cost(a, a.inflight, now) else a
+
+
+class LoadWeights(Protocol):
+    """The knobs :class:`LoadWeightedPicker` reads (:class:`~poise_py.WeightedByLoad`'s)."""
+
+    @property
+    def blackout_period(self) -> float: ...
+
+    @property
+    def weight_expiration_period(self) -> float: ...
+
+    @property
+    def weight_update_period(self) -> float: ...
+
+
+class LoadWeightedPicker:
+    """gRPC's weighted round robin over the weights backends' load reports make (gRFC A58).
+
+    Every ``weight_update_period`` (at the first pick after it, on the pool's clock) the
+    candidates' weights are read again (:meth:`LoadSignal.weight_at`, unknown ones filled
+    by :func:`fill_weights`) and the schedule is rebuilt: an earliest-deadline-first heap
+    in which each endpoint's next turn is ``1 / weight`` after its last, starting at a
+    random phase. A pick pops the head and pushes its next turn: O(log n). An endpoint that
+    becomes a candidate between rebuilds joins at the head's time plus a random phase of
+    its turn, with its last weight (or the mean); one that stops being a candidate leaves a
+    stale entry behind, skipped when it reaches the head (``_turns`` holds each live
+    candidate's current entry) and dropped at the next rebuild.
+    """
+
+    __slots__ = (
+        "_candidates",
+        "_heap",
+        "_knobs",
+        "_mean",
+        "_next_update",
+        "_seq",
+        "_turns",
+        "_unit",
+        "_weights",
+        "view",
+    )
+
+    def __init__(self, unit: Callable[[], float], knobs: LoadWeights) -> None:
+        self._unit = unit
+        self._knobs = knobs
+        self._candidates: list[EndpointState] = []
+        self._heap: list[tuple[float, int, EndpointState]] = []
+        self._turns: dict[EndpointState, int] = {}
+        """Each candidate's live heap entry, by its sequence number."""
+        self._weights: dict[EndpointState, float] = {}
+        """The weights of the last rebuild."""
+        self._mean = 1.0
+        self._next_update = -math.inf
+        self._seq = 0
+        self.view = PoolView()
+
+    def attach(self, scope: Scope) -> None:
+        self._candidates = scope.candidates
+        self.view = scope.view
+
+    def _push(self, at: float, state: EndpointState) -> None:
+        self._seq += 1
+        self._turns[state] = self._seq
+        heapq.heappush(self._heap, (at, self._seq, state))
+
+    def added(self, state: EndpointState, pos: int) -> None:
+        heap = self._heap
+        head = heap[0][0] if heap else 0.0
+        weight = self._weights.get(state, self._mean)
+        self._push(head + self._unit() / weight, state)
+
+    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
+        self._turns.pop(state, None)
+
+    def weights(self, now: float) -> dict[EndpointState, float]:
+        """The candidates' scheduler weights at ``now`` (what a rebuild would use); a pure read."""
+        knobs = self._knobs
+        blackout = knobs.blackout_period
+        expiration = knobs.weight_expiration_period
+        candidates = self._candidates
+        raw = [
+            0.0
+            if (signal := state.load) is None
+            else signal.weight_at(now, blackout_period=blackout, weight_expiration_period=expiration)
+            for state in candidates
+        ]
+        return dict(zip(candidates, fill_weights(raw), strict=True))
+
+    def _rebuild(self, now: float) -> None:
+        weights = self._weights = self.weights(now)
+        self._mean = sum(weights.values()) / len(weights) if weights else 1.0
+        unit = self._unit
+        self._turns.clear()
+        self._heap = []
+        for state, weight in weights.items():
+            self._seq += 1
+            self._turns[state] = self._seq
+            self._heap.append((unit() / weight, self._seq, state))
+        heapq.heapify(self._heap)
+        self._next_update = now + self._knobs.weight_update_period
+
+    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+        if self.view.now >= self._next_update:
+            self._rebuild(self.view.now)
+        heap = self._heap
+        turns = self._turns
+        while True:
+            at, seq, state = heap[0]
+            if turns.get(state) == seq:
+                break
+            heapq.heappop(heap)  # a candidate that left since it was scheduled
+        self._seq += 1
+        turns[state] = self._seq
+        heapq.heapreplace(heap, (at + 1.0 / self._weights.get(state, self._mean), self._seq, state))
+        return state
 
 
 _WALK = 64

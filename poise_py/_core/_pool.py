@@ -36,8 +36,9 @@ from ._concurrency import LoadPolicy
 from ._ejection import EjectionGuard, rate_quorum, rotation_answers
 from ._limits import UNLIMITED, LoadControl, LoadState
 from ._listener import NullListener, PoolListener
+from ._load_signals import LoadSignal
 from ._outlier import OutlierSampler
-from ._pickers import Instant, PickFn
+from ._pickers import PickFn, PoolView
 from ._record import FAULT_INDEX, MODE_INDEX, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
 from ._routing import TRAFFIC_UNITS, Panic, Router, Routing, Scope, decision, pick_in
 from ._selection import Policy
@@ -56,8 +57,14 @@ _SPILLOVER = DecisionMode.SPILLOVER
 _PANIC = DecisionMode.PANIC
 _LIMITED = DecisionMode.LIMITED
 _HALF_OPEN = CircuitState.HALF_OPEN
+_QUOTA = IneligibleReason.QUOTA
+_RESTS = -2
+"""The epoch slot of a deadline that ends a spent quota's rest (OPEN ends carry an epoch >= 0)."""
+QUOTA_REST = 1.0
+"""Seconds an endpoint rests when its provider said its quota is spent but not when it resets."""
 _DROPS = frozenset({Fault.TRANSIENT, Fault.SUSPECT})
-"""Faults an adaptive limit counts as drops (the caller's, and final verdicts, say nothing of load)."""
+"""Faults an adaptive limit counts as drops (the caller's, and final verdicts, say nothing of load),
+and a policy's ``failure_penalty`` charges."""
 _AUTO = AdminStatus.AUTO
 _FORCED_HEALTHY = AdminStatus.FORCED_HEALTHY
 
@@ -113,10 +120,25 @@ class Pool:
             policy.observe if measures else None  # type: ignore[attr-defined]
         )
         """The policy's latency observer, if it measures latency."""
+        penalty = float(getattr(policy, "failure_penalty", 0.0))
+        self._latency_floor = penalty if measures else 0.0
+        """The least latency a failed call is measured as (a latency policy's failure penalty)."""
+        self._hold = 0.0 if measures else penalty
+        """Seconds from its start a failed call stays counted in its endpoint's load, at least
+        (a load policy's failure penalty: the pool then times every call)."""
         self._observe = self._observe_adaptive if self.load.adaptive else self._measure
         """What a CLOSED success's latency feeds (the policy's observer, an adaptive limit's
         sample, or nothing): one hook, so the hot path tests one attribute for both."""
-        self.timed = circuit.measures_latency or measures or self.load.adaptive
+        self._error_penalty = float(getattr(policy, "error_utilization_penalty", 1.0))
+        self._weight_expiry = float(getattr(policy, "weight_expiration_period", 180.0))
+        """A load-report policy's knobs for turning reports into weights (gRFC A58's defaults otherwise)."""
+        self.timed = (
+            circuit.measures_latency
+            or measures
+            or self.load.adaptive
+            or self._hold > 0
+            or bool(getattr(policy, "reads_time", False))
+        )
         """Whether a selection needs the time to time the call."""
         self.clocked = self.timed
         """Whether :meth:`select` needs a real ``now``: a timed pool, or a deadline pending."""
@@ -127,14 +149,14 @@ class Pool:
         cache miss at 100,000 endpoints)."""
         self.totals_loads = self.stores_loads and bool(getattr(policy, "tracks_load", False))
         """Whether the hot path also keeps each home scope's ``load_total`` (bounded-load hashing)."""
-        self._instant = Instant()
+        self._view = PoolView()
         """The latest clock reading of a timed pool, for pickers that weigh time."""
         self.routing = routing if routing is not None else Routing()
         self.panic = panic
         self.router = Router(
             policy,
             rng,
-            instant=self._instant,
+            view=self._view,
             routing=self.routing,
             panic=panic,
             on_panic=self.listener.panic,
@@ -149,6 +171,11 @@ class Pool:
         self._deadlines: list[tuple[float, int, EndpointState | None, int]] = []
         """OPEN circuits' ends ``(at, seq, state, epoch)``, and with success-rate detection
         its next evaluation ``(at, seq, None, -1)``."""
+        self._rests: dict[EndpointState, float] = {}
+        """The endpoints resting on a spent quota, and when the quota resets (a ``_RESTS`` deadline each)."""
+        self._holds: list[tuple[float, int, EndpointState]] = []
+        """When each failure penalty's hold ends ``(at, seq, state)``: ended by the next
+        selection at or after that time (a hold only matters to picks), never by the timer."""
         self._outliers = None if circuit.success_rate is None else OutlierSampler(circuit.success_rate)
         self._outlier_armed = False
         self._quorum: Callable[[float], bool] | None = (
@@ -193,6 +220,8 @@ class Pool:
             self.load.overloaded.pop(state, None)
             self.load.recallable.pop(state, None)
             self.load.recalls.pop(state, None)
+            self._view.held.pop(state, None)
+            self._rests.pop(state, None)
             self._detach(state)
             state.live = False
             self.guard.leave(state)
@@ -287,10 +316,13 @@ class Pool:
         if self.orphans:
             self.release_orphans()
         if self.clocked:
-            self._instant.value = now
+            self._view.now = now
             deadlines = self._deadlines
             if deadlines and deadlines[0][0] <= now:
                 self.handle_timer(now)
+            holds = self._holds
+            if holds and holds[0][0] <= now:
+                self._end_holds(now)
         available = self._fast
         if available:
             state = self._pick(available, self._loads, key)
@@ -302,7 +334,7 @@ class Pool:
         load = self.load
         if load.controlled:
             control = load.controls.get(state)
-            if control is not None and (state.inflight >= control.limit or control.ramp_since is not None):
+            if control is not None and (state.inflight >= control.limit or control.thins):
                 state, choice = self._admit(state, choice, key, exclude, now)
         ticket = state.admit  # the hot path: CLOSED (see Circuit.try_acquire)
         if ticket is None:
@@ -365,25 +397,37 @@ class Pool:
             cap = self.load.policy.max_in_flight
         return UNLIMITED if cap is None else int(cap)
 
-    def _keeps(self, state: EndpointState, since: float, now: float) -> bool:
-        """Slow start's share: keep a ramping pick with probability its ramp factor (ends the ramp when done)."""
-        slow_start = self.load.slow_start
-        assert slow_start is not None  # noqa: S101 - only ramps with slow start
-        factor = slow_start.factor(now - since)
+    def _keeps(self, state: EndpointState, control: LoadControl, now: float) -> bool:
+        """Keep a thinned pick with probability its share: its ramp factor times its quota's share.
+
+        A ramp whose window has passed ends here.
+        """
+        factor = control.share
+        since = control.ramp_since
+        if since is not None:
+            slow_start = self.load.slow_start
+            assert slow_start is not None  # noqa: S101 - only ramps with slow start
+            ramp = slow_start.factor(now - since)
+            if ramp >= 1.0:
+                self._end_ramp(state)
+            else:
+                factor *= ramp
         if factor >= 1.0:
-            self._end_ramp(state)
             return True
         return self._unit() < factor
 
     def _admit(
         self, state: EndpointState, choice: Decision, key: Hashable | None, exclude: Collection[str], now: float
     ) -> tuple[EndpointState, Decision]:
-        """Admit the pick under its limit and slow start, or pick again among the others.
+        """Admit the pick under its limit, slow start and quota share, or pick again among the others.
 
         An endpoint at its limit is passed over (the call is LIMITED, or :class:`Overloaded`
-        when every candidate is at its limit); one in slow start is kept with probability
-        its ramp factor, so every policy gives it that share of what it would get, and
-        slow start alone never refuses a call (the first passed-over pick is the last resort).
+        when every candidate is at its limit); one in slow start, or whose provider's quota
+        is partly spent, is kept with probability its ramp factor times its quota's share,
+        so every policy gives it that share of what it would get. Thinning alone never
+        refuses a call (the first passed-over pick is the last resort), and a pick thinned by
+        its quota alone is taken again in its own tier only: another tier's fallback would
+        leave the quota unspent.
         """
         first, first_mode = state, choice.mode
         refused: set[str] = set(exclude)
@@ -391,14 +435,18 @@ class Pool:
         limited = 0
         while True:
             control = self.load.controls.get(state)
+            tier: int | None = None
             if control is not None and state.inflight >= control.limit:
                 limited += 1
-            elif control is None or control.ramp_since is None or self._keeps(state, control.ramp_since, now):
+            elif control is None or not control.thins or self._keeps(state, control, now):
                 break
-            elif thinned is None:
-                thinned = (state, choice)
+            else:
+                if thinned is None:
+                    thinned = (state, choice)
+                if control.ramp_since is None:
+                    tier = state.endpoint.tier
             refused.add(state.endpoint.id)
-            found = self._pick_outside(refused, key)
+            found = self._pick_outside(refused, key, tier)
             if found is None:
                 if thinned is not None:
                     state, choice = thinned
@@ -414,11 +462,13 @@ class Pool:
             count_selection(state, choice.mode)
         return state, choice
 
-    def _pick_outside(self, refused: set[str], key: Hashable | None) -> tuple[EndpointState, Decision] | None:
-        """A pick outside ``refused``, in the scopes' order of preference, not yet counted."""
+    def _pick_outside(
+        self, refused: set[str], key: Hashable | None, tier: int | None = None
+    ) -> tuple[EndpointState, Decision] | None:
+        """A pick outside ``refused`` (in ``tier`` if given), in the scopes' order of preference, not yet counted."""
         unit = self._unit
         for scope, fallback in self.router.fallback:
-            if scope.candidates:
+            if scope.candidates and (tier is None or scope.tier.number == tier):
                 state = pick_in(scope, key, refused, unit)
                 if state is not None:
                     return state, fallback
@@ -440,7 +490,7 @@ class Pool:
         control = self.load.controls.get(state)
         if control is None or self.load.slow_start is None:
             return
-        control.ramp_since = now
+        control.ramp(now)
         self.load.ramping[state] = None
         self.clocked = True
         self.listener.ramp(state, started=True)
@@ -448,18 +498,20 @@ class Pool:
     def _end_ramp(self, state: EndpointState) -> None:
         control = self.load.controls.get(state)
         if control is not None and control.ramp_since is not None:
-            control.ramp_since = None
+            control.ramp(None)
             self.load.ramping.pop(state, None)
             self._reclock()
             self.listener.ramp(state, started=False)
 
     def ramp_factor(self, state: EndpointState, now: float) -> float:
-        """The share of its weight ``state`` gets now (1.0 unless it is in slow start)."""
+        """The share of its weight ``state`` gets now: its slow-start factor times its quota's share."""
         control = self.load.controls.get(state)
-        slow_start = self.load.slow_start
-        if control is None or control.ramp_since is None or slow_start is None:
+        if control is None:
             return 1.0
-        return slow_start.factor(now - control.ramp_since)
+        slow_start = self.load.slow_start
+        if control.ramp_since is None or slow_start is None:
+            return control.share
+        return min(1.0, slow_start.factor(now - control.ramp_since)) * control.share
 
     def _sample(self, state: EndpointState, latency: float, in_flight: int, fault: Fault | None) -> None:
         """Feed a completed call to ``state``'s adaptive limit; tell the listener when it moved."""
@@ -541,7 +593,108 @@ class Pool:
         else:
             i = FAULT_INDEX[fault]
             state.faults[i] = sat_add(state.faults[i])
+            if self._hold and fault in _DROPS and state.live and latency is not None and latency < self._hold:
+                self._hold_failure(state, now - latency + self._hold)
         self._record(state, ticket, fault, now, latency=latency, retry_after=retry_after, overload=overload)
+
+    def _hold_failure(self, state: EndpointState, until: float) -> None:
+        """Count a failed call in ``state``'s load until ``until``: its start plus the policy's ``failure_penalty``."""
+        held = self._view.held
+        held[state] = held.get(state, 0) + 1
+        self._seq += 1
+        heapq.heappush(self._holds, (until, self._seq, state))
+        self.clocked = True  # the selection that passes its end ends it
+
+    def _end_holds(self, now: float) -> None:
+        """End every hold due at ``now`` (nothing for an endpoint that left the pool)."""
+        holds = self._holds
+        held = self._view.held
+        while holds and holds[0][0] <= now:
+            state = heapq.heappop(holds)[2]
+            n = held.get(state, 0)
+            if n > 1:
+                held[state] = n - 1
+            elif n:
+                del held[state]
+        if not holds:
+            self._reclock()
+
+    def report_load(
+        self, state: EndpointState, report: object, now: float, *, utilization: float, qps: float, eps: float
+    ) -> None:
+        """Keep what ``state``'s backend said about its load at ``now`` (an ORCA report; ``report`` is kept as given).
+
+        ``utilization``: the application utilization if reported, else the CPU utilization.
+        A report for an endpoint that left the pool is dropped.
+        """
+        if not state.live:
+            return
+        signal = state.load
+        if signal is None:
+            signal = state.load = LoadSignal()
+        signal.update(
+            report,
+            now,
+            utilization=utilization,
+            qps=qps,
+            eps=eps,
+            error_utilization_penalty=self._error_penalty,
+            weight_expiration_period=self._weight_expiry,
+        )
+
+    def report_quota(
+        self, state: EndpointState, now: float, *, remaining: int, resets_in: float | None, share: float = 1.0
+    ) -> None:
+        """What ``state``'s provider said of its quota at ``now``: ``remaining`` calls left, ``share`` of it.
+
+        With calls left, at most that many are in flight at once (its limit): every answer
+        says how many are left after the calls the provider counted, so calls started after
+        it cannot overrun the quota; and its effective weight is its weight times ``share``
+        (a pick of it is kept with that probability, else taken again in its tier). With
+        none left it rests (QUOTA: no strike, no ejection, no escalation) until
+        ``resets_in`` seconds from now (:data:`QUOTA_REST` if not said), then comes back
+        without a probe, a quota limit or a reduced share until its provider says more. A
+        report for an endpoint that left the pool is dropped.
+        """
+        if not state.live:
+            return
+        if not self.load.controlled:
+            self._take_control()
+        control = self.load.controls[state]
+        if remaining > 0:
+            control.set_quota(remaining)
+            control.set_share(share)
+            return
+        until = now + (QUOTA_REST if resets_in is None else resets_in)
+        if self._rests.get(state) == until:
+            return
+        self._rests[state] = until
+        control.set_quota(UNLIMITED)  # the rest keeps it out; after the reset its provider says anew
+        control.set_share(1.0)
+        self._push(until, state, _RESTS)
+        self.listener.armed()  # a deadline no transition announced: the timer looks again
+        if state.resting is None:
+            state.resting = _QUOTA
+            self._sync(state)
+
+    def _wake(self, state: EndpointState, at: float) -> None:
+        """A spent quota reset at ``at``: ``state`` takes calls again (nothing if a later report moved its rest)."""
+        if self._rests.get(state) != at:
+            return
+        del self._rests[state]
+        if state.live and state.resting is not None:
+            state.resting = None
+            self._sync(state)
+
+    def resting_until(self, state: EndpointState) -> float | None:
+        """When ``state``'s spent quota resets, while it rests on it; else None."""
+        return self._rests.get(state)
+
+    def held(self, state: EndpointState, now: float) -> int:
+        """Failed calls counted in ``state``'s load at ``now`` (the policy's ``failure_penalty``); a pure read."""
+        if state not in self._view.held:
+            return 0
+        return sum(1 for at, _, s in self._holds if s is state and at > now)
 
     def _record(
         self,
@@ -560,6 +713,8 @@ class Pool:
             if self.load.adaptive:  # a completed call; cancellations are never sampled
                 self._sample(state, latency, state.inflight + 1, fault)  # in flight when it completed
             if self._measure is not None:
+                if fault in _DROPS and latency < self._latency_floor:
+                    latency = self._latency_floor  # a failure costs at least the penalty
                 self._measure(state, latency, now)
         if type(ticket) is PanicTicket:
             return  # counted on the endpoint; never moves the circuit (see PanicTicket)
@@ -710,20 +865,24 @@ class Pool:
         """The earliest time :meth:`handle_timer` has work, or None."""
         deadlines = self._deadlines
         while deadlines:
-            _, _, state, epoch = deadlines[0]
+            at, _, state, epoch = deadlines[0]
             if state is None or (state.live and state.circuit.epoch == epoch):
-                return deadlines[0][0]
+                return at
+            if epoch == _RESTS and self._rests.get(state) == at:
+                return at
             heapq.heappop(deadlines)
         self._reclock()
         return None
 
     def handle_timer(self, now: float) -> None:
-        """Move every circuit whose open window has ended to HALF_OPEN; run a due outlier evaluation."""
+        """Half-open circuits whose open window ended, end due quota rests, run due outlier evaluations."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            _, _, state, epoch = heapq.heappop(deadlines)
+            at, _, state, epoch = heapq.heappop(deadlines)
             if state is None:
                 self._evaluate_outliers(now)
+            elif epoch == _RESTS:
+                self._wake(state, at)
             elif state.live and state.circuit.epoch == epoch:
                 transition = state.circuit.handle_timer(now)
                 if transition is not None:
@@ -731,8 +890,8 @@ class Pool:
         self._reclock()
 
     def _reclock(self) -> None:
-        """Say whether :meth:`select` needs a real ``now``: calls are timed, a deadline pends, or a ramp runs."""
-        self.clocked = self.timed or bool(self._deadlines) or bool(self.load.ramping)
+        """Say whether :meth:`select` needs a real ``now``: timed calls, a pending deadline or hold, or a ramp."""
+        self.clocked = self.timed or bool(self._deadlines) or bool(self._holds) or bool(self.load.ramping)
 
     def set_admin(self, endpoint_id: str, status: AdminStatus, now: float = 0.0) -> EndpointState:
         """Set an operator status; raises KeyError for an unknown id.
@@ -922,9 +1081,15 @@ class Pool:
             else:
                 home.remove(state)
         panic = home.tier.panic
-        if panic is not None:  # never PERMANENT-blocked, retired, or not ready to be called
+        if panic is not None:  # never PERMANENT-blocked, retired, not ready to be called, or out of quota
             cstate = circuit.state
-            eligible = counted and cstate is not _BLOCKED and cstate is not _RETIRED and state.readiness is None
+            eligible = (
+                counted
+                and cstate is not _BLOCKED
+                and cstate is not _RETIRED
+                and state.readiness is None
+                and state.resting is None
+            )
             if eligible != (state.ppos >= 0):
                 if eligible:
                     panic.add(state)

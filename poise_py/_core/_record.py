@@ -17,6 +17,7 @@ from .._endpoint import AdminStatus, Endpoint
 from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints
 from .._faults import Fault
 from ._circuit import Circuit
+from ._load_signals import LoadSignal
 from ._tally import SATURATED, Tally
 
 if TYPE_CHECKING:
@@ -50,9 +51,9 @@ _AUTO = AdminStatus.AUTO
 
 
 def gate(state: EndpointState) -> IneligibleReason | None:
-    """Readiness, then the operator's and active health's verdict; active health counts only under AUTO."""
+    """Readiness, a spent quota, then the operator's and active health's verdict (health only under AUTO)."""
     admin = state.admin
-    return state.readiness or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
+    return state.readiness or state.resting or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
 
 
 def refusal(state: EndpointState) -> IneligibleReason | None:
@@ -136,6 +137,7 @@ class EndpointState(Tally):
     probes: int
     stale: int
     mode_selections: list[int]
+    load: LoadSignal | None
 
     __slots__ = (
         "admin",
@@ -149,11 +151,13 @@ class EndpointState(Tally):
         "faults",
         "health_refusal",
         "home",
+        "load",
         "mode_selections",
         "ppos",
         "probes",
         "readiness",
         "resource",
+        "resting",
         "stale",
         "was_degraded",
         "was_ejected",
@@ -194,6 +198,10 @@ class EndpointState(Tally):
         """NOT_READY or QUARANTINED while its readiness check keeps it out, else None."""
         self.resource: object = None
         """What the balancer's endpoint factory built for it (``Permit.resource``)."""
+        self.load = None
+        """What its backend last said about its load (ORCA), once it said anything."""
+        self.resting: IneligibleReason | None = None
+        """QUOTA while its provider's quota is spent (it rests until the reset), else None."""
 
     @property
     def id(self) -> str:

@@ -52,7 +52,7 @@ from .._decision import Decision, DecisionMode
 from .._endpoint import Endpoint
 from .._errors import ConfigError
 from .._knobs import check_count, check_number, check_share
-from ._pickers import Instant, Picker, ratio
+from ._pickers import Picker, PoolView, ratio
 from ._record import EndpointState
 from ._selection import Policy
 
@@ -181,7 +181,7 @@ class Scope:
     totals: bool
     members: int
     capacity: int
-    instant: Instant
+    view: PoolView
     picker: Picker
 
     __slots__ = (
@@ -191,7 +191,6 @@ class Scope:
         "_removed",
         "candidates",
         "capacity",
-        "instant",
         "load_total",
         "loads",
         "local",
@@ -199,6 +198,7 @@ class Scope:
         "picker",
         "tier",
         "totals",
+        "view",
     )
 
     tracked = True
@@ -208,7 +208,7 @@ class Scope:
     degraded = False
     """Whether this is a tier's degraded scope (its positions are ``state.dpos``)."""
 
-    def __init__(self, tier: Tier, policy: Policy, rng: random.Random, instant: Instant, *, local: bool) -> None:
+    def __init__(self, tier: Tier, policy: Policy, rng: random.Random, view: PoolView, *, local: bool) -> None:
         self.tier = tier
         self.local = local
         self.candidates = []
@@ -218,7 +218,7 @@ class Scope:
         """Whether :attr:`load_total` is kept (a home scope of a policy that ``tracks_load``)."""
         self.members = 0
         self.capacity = 0
-        self.instant = instant
+        self.view = view
         picker = policy.bind(rng)
         self.picker = picker
         attach: Callable[[Scope], None] | None = getattr(picker, "attach", None)
@@ -374,16 +374,16 @@ class Tier:
         number: int,
         policy: Policy,
         rng: random.Random,
-        instant: Instant,
+        view: PoolView,
         *,
         zoned: bool,
         panic: bool,
     ) -> None:
         self.number = number
-        self.local = Scope(self, policy, rng, instant, local=True)
-        self.remote = Scope(self, policy, rng, instant, local=False) if zoned else None
-        self.panic = PanicScope(self, policy, rng, instant, local=True) if panic else None
-        self.degraded = DegradedScope(self, policy, rng, instant, local=True)
+        self.local = Scope(self, policy, rng, view, local=True)
+        self.remote = Scope(self, policy, rng, view, local=False) if zoned else None
+        self.panic = PanicScope(self, policy, rng, view, local=True) if panic else None
+        self.degraded = DegradedScope(self, policy, rng, view, local=True)
         self.panicking = False
 
     def __repr__(self) -> str:
@@ -461,14 +461,14 @@ class Router:
         policy: Policy,
         rng: random.Random,
         *,
-        instant: Instant,
+        view: PoolView,
         routing: Routing,
         panic: Panic | None,
         on_panic: PanicHook,
     ) -> None:
         self._policy = policy
         self._rng = rng
-        self._instant = instant
+        self._view = view
         self.routing = routing
         self.panic = panic
         self.on_panic = on_panic
@@ -497,7 +497,7 @@ class Router:
                 number,
                 self._policy,
                 self._rng,
-                self._instant,
+                self._view,
                 zoned=self._zone is not None,
                 panic=self.panic is not None,
             )

@@ -14,7 +14,7 @@ each change, so a pick never scans:
   entry, or None if ``state`` was last) now sits at ``pos``;
 * ``joined(state)`` / ``left(state)``: the scope's *membership* (every live endpoint homed
   there, eligible or not) changed; only consistent hashing builds on it;
-* ``attach(scope)``: called once with the scope the picker serves (its ``instant``, the
+* ``attach(scope)``: called once with the scope the picker serves (its ``view``, the
   pool's latest clock reading, and whether it is a panic or a degraded scope).
 
 The pickers themselves are in :mod:`poise_py._core._pickers`.
@@ -27,6 +27,7 @@ The pickers themselves are in :mod:`poise_py._core._pickers`.
 | :class:`WeightedRoundRobin` | O(log k), k distinct weights | EDF heap of weight classes | shares, evenly spread |
 | :class:`PowerOfTwoChoices` | O(1); O(log n) weighted | EDF heap | Envoy least-request |
 | :class:`PeakEwma` | O(1) | none | ignored (latency decides) |
+| :class:`WeightedByLoad` | O(log n) | EDF heap, rebuilt each period | ignored (load reports decide) |
 | :class:`ConsistentHash` | O(1) expected | Maglev table | slot shares |
 """
 
@@ -43,6 +44,7 @@ from .._knobs import check_count, check_number
 from ._maglev import is_prime
 from ._pickers import (
     HashPicker,
+    LoadWeightedPicker,
     P2CPicker,
     PeakEwmaPicker,
     Picker,
@@ -61,11 +63,15 @@ class Policy(Protocol):
     """A selection policy's configuration.
 
     Optional attributes a policy may define: ``measures_latency`` (the pool reads the
-    clock on every pick and completion, keeps it in the scopes' :class:`Instant`, and
+    clock on every pick and completion, keeps it in the scopes' :class:`PoolView`, and
     calls ``observe(state, latency, now)`` on the policy when a call completes),
-    ``tracks_load`` (home scopes keep their in-flight total, ``Scope.load_total``) and
+    ``tracks_load`` (home scopes keep their in-flight total, ``Scope.load_total``),
     ``reads_loads`` (default True; False tells the pool its picks never read ``loads``,
-    so the hot path need not keep them current).
+    so the hot path need not keep them current) and ``failure_penalty`` (seconds a failed
+    call costs at least: a policy that measures latency is fed at least that much for a
+    failure; one that does not keeps the failed call in :attr:`PoolView.held` until that
+    long after it started, and the pool times every call) and ``reads_time`` (the pool
+    reads the clock on every pick and keeps it in :attr:`PoolView.now`).
     """
 
     def bind(self, rng: random.Random) -> Picker:
@@ -156,16 +162,30 @@ class PowerOfTwoChoices:
     With no calls in flight it gives exact weight shares; load shifts them away from
     busy endpoints.
 
+    With ``failure_penalty`` set, a failed call (TRANSIENT or SUSPECT) stays counted in its
+    endpoint's load until ``failure_penalty`` seconds after it started, as Linkerd's load
+    biaser charges a failure a penalty latency: an endpoint that fails fast (a 503 in a
+    millisecond) would otherwise look like the emptiest and attract the traffic it fails.
+    It is off by default: it makes the balancer read the clock on every call, and the
+    default circuit ejects such an endpoint within its first calls anyway.
+
     Attributes:
         bias: how strongly in-flight load discounts weight (Envoy's
             ``active_request_bias``, default 1.0; 0 makes it plain weighted round robin).
+        failure_penalty: the least time a failed call counts as in flight, seconds from
+            its start (default 0: off).
     """
 
     bias: float = attrs.field(default=1.0)
+    failure_penalty: float = attrs.field(default=0.0)
 
     @bias.validator
     def _check_bias(self, attribute: object, value: float) -> None:
         check_number("PowerOfTwoChoices.bias", value, low=0.0, high=16.0)
+
+    @failure_penalty.validator
+    def _check_penalty(self, attribute: object, value: float) -> None:
+        check_number("PowerOfTwoChoices.failure_penalty", value, low=0.0, high=3600.0)
 
     def bind(self, rng: random.Random) -> Picker:
         """Return a power-of-two-choices picker."""
@@ -184,15 +204,21 @@ class PeakEwma:
     costs ``default_rtt``. Two random endpoints are compared on ``ewma x (in_flight + 1)``
     (Finagle's and Linkerd's balancer): O(1). Weights are ignored; latency decides.
 
+    A failed call (TRANSIENT or SUSPECT) counts as taking at least ``failure_penalty``
+    seconds (Linkerd's load biaser), so an endpoint that fails fast does not look fast.
+
     Attributes:
         default_rtt: the latency assumed for an endpoint with no completed call, seconds.
         decay: the EWMA's time constant, seconds.
+        failure_penalty: the least latency a failed call counts as, seconds (default 1.0;
+            0 turns the penalty off).
     """
 
     measures_latency: ClassVar[bool] = True
 
     default_rtt: float = attrs.field(default=0.1)
     decay: float = attrs.field(default=10.0)
+    failure_penalty: float = attrs.field(default=1.0)
 
     @default_rtt.validator
     def _check_rtt(self, attribute: object, value: float) -> None:
@@ -201,6 +227,10 @@ class PeakEwma:
     @decay.validator
     def _check_decay(self, attribute: object, value: float) -> None:
         check_number("PeakEwma.decay", value, low=0.0, high=86400.0, low_open=True)
+
+    @failure_penalty.validator
+    def _check_penalty(self, attribute: object, value: float) -> None:
+        check_number("PeakEwma.failure_penalty", value, low=0.0, high=3600.0)
 
     def bind(self, rng: random.Random) -> Picker:
         """Return a peak-EWMA picker."""
@@ -215,6 +245,64 @@ class PeakEwma:
             w = math.exp(-max(0.0, now - at) / self.decay)
             state.ewma = state.ewma * w + latency * (1.0 - w)
         state.ewma_at = now
+
+
+# -- load reports ----------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class WeightedByLoad:
+    """Weighted round robin by the load backends report: gRPC's ``weighted_round_robin`` (gRFC A58).
+
+    Each endpoint's weight comes from the ORCA load reports its backend attaches to its
+    answers (read by the httpx transport and the gRPC channel, or given with
+    ``permit.report_load``): ``qps / (utilization + eps / qps * error_utilization_penalty)``,
+    where utilization is the application utilization if reported, else the CPU utilization.
+    So an endpoint that serves more queries per unit of utilization (a bigger or less
+    loaded machine) gets proportionally more calls, whatever ``Endpoint.weight`` says (it
+    is ignored, as in gRPC). A new weight is used only after ``blackout_period`` seconds of
+    reports, and stops being used ``weight_expiration_period`` seconds after the last one;
+    an endpoint without a usable weight gets the mean of the others', and while fewer than
+    two have one the policy is plain round robin. The schedule is rebuilt every
+    ``weight_update_period`` seconds; between rebuilds a pick is an earliest-deadline-first
+    step, O(log n). The balancer reads the clock on every call.
+
+    Attributes:
+        blackout_period: seconds of reports before an endpoint's weight is used (gRPC: 10).
+        weight_expiration_period: seconds after its last report a weight stops being used
+            (gRPC: 180).
+        weight_update_period: seconds between schedule rebuilds (gRPC: 1; at least 0.1).
+        error_utilization_penalty: how much a reported error rate counts as utilization
+            (gRPC: 1.0).
+    """
+
+    reads_loads: ClassVar[bool] = False
+    reads_time: ClassVar[bool] = True
+
+    blackout_period: float = attrs.field(default=10.0)
+    weight_expiration_period: float = attrs.field(default=180.0)
+    weight_update_period: float = attrs.field(default=1.0)
+    error_utilization_penalty: float = attrs.field(default=1.0)
+
+    @blackout_period.validator
+    def _check_blackout(self, attribute: object, value: float) -> None:
+        check_number("WeightedByLoad.blackout_period", value, low=0.0, high=86400.0)
+
+    @weight_expiration_period.validator
+    def _check_expiration(self, attribute: object, value: float) -> None:
+        check_number("WeightedByLoad.weight_expiration_period", value, low=0.0, high=86400.0, low_open=True)
+
+    @weight_update_period.validator
+    def _check_update(self, attribute: object, value: float) -> None:
+        check_number("WeightedByLoad.weight_update_period", value, low=0.1, high=3600.0)
+
+    @error_utilization_penalty.validator
+    def _check_penalty(self, attribute: object, value: float) -> None:
+        check_number("WeightedByLoad.error_utilization_penalty", value, low=0.0, high=1000.0)
+
+    def bind(self, rng: random.Random) -> Picker:
+        """Return a load-weighted round-robin picker."""
+        return LoadWeightedPicker(rng.random, self)
 
 
 # -- consistent hashing ----------------------------------------------------------------------

@@ -48,7 +48,17 @@ try:
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess by the packaging test
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.grpc", "grpc"), name=_missing.name) from None
 
-from .. import Classification, Classifier, ConfigError, Endpoint, Fault, Hedge, LoadBalancer, Permit
+from .. import (
+    Classification,
+    Classifier,
+    ConfigError,
+    Endpoint,
+    Fault,
+    Hedge,
+    LoadBalancer,
+    Permit,
+    load_report_from_metadata,
+)
 from .. import classify as _classify
 from .._internal import check_attempts, check_duration, classifier_problem, hedged
 
@@ -61,6 +71,25 @@ KeyFn = Callable[[str, Any], Hashable]
 
 class AsyncioOnlyError(RuntimeError):
     """grpc.aio was used off asyncio (on Trio, say): it runs on asyncio's event loop only."""
+
+
+def _report_load(permit: Permit, metadata: Any) -> None:
+    """Hand an ORCA report in a call's trailing metadata (``endpoint-load-metrics-bin``) to its permit."""
+    if metadata:
+        report = load_report_from_metadata(metadata)
+        if report is not None:
+            permit.report_load(report)
+
+
+async def _answer(call: Any, permit: Permit) -> Any:
+    """Await a unary-response call; the load report in its trailers (an error's too) goes to ``permit``."""
+    try:
+        response = await call
+    except aio.AioRpcError as exc:
+        _report_load(permit, exc.trailing_metadata())
+        raise
+    _report_load(permit, await call.trailing_metadata())
+    return response
 
 
 def _require_asyncio() -> None:
@@ -456,12 +485,14 @@ class UnaryUnary(_BalancedCallable):
         if hedge is not None:
 
             async def once(attempt: Any) -> Any:  # attempt: the driver's AttemptScope
-                return await self._stub(_checked(attempt.permit))(request, timeout=tries.time_left(), **kwargs)
+                permit = _checked(attempt.permit)
+                return await _answer(self._stub(permit)(request, timeout=tries.time_left(), **kwargs), permit)
 
             return await hedged(tries, internals.hedging(hedge, self._method), once, now=internals.now)
         async for attempt in tries:
             async with attempt:
-                return await self._stub(_checked(attempt.permit))(request, timeout=tries.time_left(), **kwargs)
+                permit = _checked(attempt.permit)
+                return await _answer(self._stub(permit)(request, timeout=tries.time_left(), **kwargs), permit)
         return tries.outcome()  # nowhere else to go: raises the last real error
 
 
@@ -491,7 +522,7 @@ class StreamUnary(_BalancedCallable):
         permit = channel._acquire(self._method, None)
         stub = self._stub(permit)
         try:
-            response = await stub(request_iterator, timeout=timeout, **kwargs)
+            response = await _answer(stub(request_iterator, timeout=timeout, **kwargs), permit)
         except Exception as exc:
             channel._fail(permit, exc)
             raise
@@ -553,8 +584,12 @@ class StreamCall:
             return aio.EOF
         try:
             response = await self._call.read()
+            if response is aio.EOF:
+                _report_load(permit, await self._call.trailing_metadata())
         except Exception as exc:
             if not permit.done:
+                if isinstance(exc, aio.AioRpcError):
+                    _report_load(permit, exc.trailing_metadata())
                 self._channel._fail(permit, exc)
             raise
         except BaseException:

@@ -57,7 +57,18 @@ try:
 except ImportError:
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.httpx", "httpx"), name="httpx") from None
 
-from .. import Classification, Classifier, ConfigError, Endpoint, Fault, Hedge, LoadBalancer, Permit
+from .. import (
+    Classification,
+    Classifier,
+    ConfigError,
+    Endpoint,
+    Fault,
+    Hedge,
+    LoadBalancer,
+    Permit,
+    load_report_from_headers,
+    quota_from_headers,
+)
 from .. import classify as _classify
 from .._internal import check_attempts, check_duration, classifier_problem, hedged
 
@@ -414,13 +425,23 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             sent = httpx.Request(
                 request.method, target, headers=request.headers, stream=request.stream, extensions=extensions
             )
-            return await self._transport.handle_async_request(sent)
-        request.url = target
-        request.extensions = extensions
-        try:
-            return await self._transport.handle_async_request(request)
-        finally:
-            request.url = original
+            response = await self._transport.handle_async_request(sent)
+        else:
+            request.url = target
+            request.extensions = extensions
+            try:
+                response = await self._transport.handle_async_request(request)
+            finally:
+                request.url = original
+        headers = response.headers
+        report = load_report_from_headers(headers)  # ORCA: the backend's own load
+        if report is not None:
+            permit.report_load(report)
+        if any(b"ratelimit" in name.lower() for name, _ in headers.raw):  # reading them costs ~15 us
+            quota = quota_from_headers(headers)  # a provider's rate limit: what is left of it
+            if quota is not None:
+                permit.report_quota(quota)
+        return response
 
     def _fail(self, permit: Permit, exc: Exception) -> Fault:
         """Report an error while the body streams; returns the fault recorded."""

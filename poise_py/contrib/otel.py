@@ -15,7 +15,7 @@ tier, ``cancelled``, or ``superseded``: a hedge's loser) and its endpoint (``poi
 (``lb.add_call_observer``). In-flight calls and pool sizes are observable
 UpDownCounters, each endpoint's circuit state an observable gauge (1 for the state it is
 in, 0 for the others), and its load control (docs/overload.md) three more: its effective
-weight (its weight times its slow-start ramp factor), its adaptive concurrency limit and
+weight (its weight times its slow-start ramp factor and quota share), its adaptive concurrency limit and
 its fixed cap (each reported only for an endpoint that has one); the remaining counters
 are observable sums read from the balancer's saturating counters. Callbacks read through
 the public ``lb.statistics()`` and ``lb.snapshot()``, which are pure reads, so a reader
@@ -294,6 +294,26 @@ def _concurrency_max(snapshot: PoolSnapshot) -> Iterator[Observation]:
             yield Observation(e.max_in_flight, _endpoint_attributes(e.endpoint))
 
 
+def _reported_utilization(snapshot: PoolSnapshot) -> Iterator[Observation]:
+    for e in snapshot.endpoints:
+        report = e.load_report
+        if report is not None:
+            utilization = report.application_utilization or report.cpu_utilization
+            yield Observation(utilization, _endpoint_attributes(e.endpoint))
+
+
+def _load_weight(snapshot: PoolSnapshot) -> Iterator[Observation]:
+    for e in snapshot.endpoints:
+        if e.load_weight is not None:
+            yield Observation(e.load_weight, _endpoint_attributes(e.endpoint))
+
+
+def _quota_remaining(snapshot: PoolSnapshot) -> Iterator[Observation]:
+    for e in snapshot.endpoints:
+        if e.quota_remaining is not None:
+            yield Observation(e.quota_remaining, _endpoint_attributes(e.endpoint))
+
+
 # (name, unit, description, reader) for each observable UpDownCounter.
 _UP_DOWN: tuple[tuple[str, str, str, _SnapshotReader], ...] = (
     ("poise.call.active", "{call}", "Calls in flight (permits issued and not yet ended), by endpoint.", _active),
@@ -319,7 +339,7 @@ _GAUGES: tuple[tuple[str, str, str, _SnapshotReader], ...] = (
     (
         "poise.endpoint.effective_weight",
         "1",
-        "Each endpoint's weight times its slow-start ramp factor: the weight policies give it now.",
+        "Each endpoint's weight times its slow-start factor and the share of its quota left: what policies give it.",
         _effective_weight,
     ),
     (
@@ -333,6 +353,24 @@ _GAUGES: tuple[tuple[str, str, str, _SnapshotReader], ...] = (
         "{call}",
         "Each endpoint's fixed concurrency cap, max_in_flight (endpoints with one).",
         _concurrency_max,
+    ),
+    (
+        "poise.endpoint.load.utilization",
+        "1",
+        "The utilization each endpoint's backend last reported (ORCA: application, else CPU; endpoints that report).",
+        _reported_utilization,
+    ),
+    (
+        "poise.endpoint.load.weight",
+        "1",
+        "The weight each endpoint's load reports make (gRPC weighted round robin: qps / (utilization + eps/qps)).",
+        _load_weight,
+    ),
+    (
+        "poise.endpoint.quota.remaining",
+        "{request}",
+        "The requests each endpoint's provider said are left of its rate limit (0 while it rests on a spent quota).",
+        _quota_remaining,
     ),
 )
 

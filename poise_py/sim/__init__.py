@@ -25,6 +25,7 @@ from ._engine import RunResult as RunResult
 from ._engine import Sample as Sample
 from ._engine import Traffic as Traffic
 from ._engine import percentile as percentile
+from ._meter import LoadMeter as LoadMeter
 from ._models import EndpointModel as EndpointModel
 from ._models import Flap as Flap
 from ._models import Latency as Latency

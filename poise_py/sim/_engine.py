@@ -69,7 +69,11 @@ from .. import (
     StaticDiscovery,
     Update,
 )
+from .. import (
+    Quota as ProviderQuota,
+)
 from .._internal import HedgeState, Next, RetryLoop, check_count, check_number
+from ._meter import LoadMeter
 from ._models import EndpointModel
 from ._observe import Client, Observation, Observer, Refused, Throttled, Timeout
 from ._station import Admission, Station
@@ -195,7 +199,8 @@ class Sample:
 
     ``success_rate`` and ``latency_p99`` are over the requests that ended since the
     previous sample (a timeout counts at its deadline); ``queued`` is how many calls wait
-    in endpoints' queues at this instant.
+    in endpoints' queues at this instant; ``calls`` is each endpoint's calls so far, in the
+    order of :attr:`RunResult.endpoint_ids` (the difference of two samples is a window's).
     """
 
     at: float
@@ -204,6 +209,7 @@ class Sample:
     states: tuple[str, ...]
     latency_p99: float | None = None
     queued: int = 0
+    calls: tuple[int, ...] = ()
 
 
 class Outcomes:
@@ -297,6 +303,8 @@ class RunResult(Outcomes):
     """Hedges sent (a hedged configuration's; each is also an extra attempt in ``extra_load``)."""
     hedges_won: int = 0
     """Hedges whose answer was the request's answer."""
+    throttled: tuple[float, ...] = ()
+    """When each call was refused by a rate limit or a spent quota (a 429), in order."""
 
     @property
     def mean_readmit(self) -> float | None:
@@ -424,6 +432,10 @@ class Engine:
         self._window_latencies: list[float] = []
         self._calls_by: dict[str, int] = dict.fromkeys(self.models, 0)
         self._stations: dict[str, Station[_Call]] = {m.id: Station() for m in models if m.loaded}
+        self._meters: dict[str, LoadMeter] = {m.id: LoadMeter() for m in models if m.reports_load}
+        self._throttled: list[float] = []
+        """When each call was refused by a rate limit or a spent quota (a 429), in order."""
+        """The endpoints that attach a load report to their answers, and what they measure."""
         self._return_peaks: dict[str, int] = {}
         self._oracle_rng = random.Random(seed)  # noqa: S311 - simulation, not security
         self._extra_rng = random.Random(f"attempts past traffic.attempts {seed}")  # noqa: S311
@@ -643,6 +655,8 @@ class Engine:
             # own, so the traffic stream stays the same whatever the configuration does.
             draws += (self._extra_rng.random(), self._extra_rng.random())
         response = model.respond(self.now, draws[i], draws[i + 1])
+        if isinstance(response.error, Throttled):
+            self._throttled.append(self.now)
         timeout = self.traffic.timeout
         station = self._stations.get(model.id)
         if station is not None and not isinstance(response.error, Timeout | Refused | Throttled):
@@ -794,13 +808,23 @@ class Engine:
     def _serve(self, call: _Call) -> None:
         """Service starts now (a queued call's deadline event was pushed when it arrived)."""
         self._push(self.now + call.service, _SERVED, call)
+        meter = self._meters.get(call.endpoint)
+        if meter is not None:
+            meter.busy(self.now, self._stations[call.endpoint].busy)
 
     def _served(self, call: _Call) -> None:
         station = self._stations[call.endpoint]
         station.depart()
         self._kick(call.endpoint)
+        meter = self._meters.get(call.endpoint)
+        if meter is not None:
+            meter.busy(self.now, station.busy)
+            meter.answered(self.now, error=call.error is not None)
         if not call.done:
             call.done = True
+            if meter is not None:  # the answer carries the server's report (a late one is lost with it)
+                capacity = self.models[call.endpoint].capacity_at(self.now)
+                call.permit.report_load(meter.report(self.now, math.inf if capacity is None else capacity))
             self._complete(call.request, call.permit, call.error)
 
     def _deadline(self, call: _Call) -> None:
@@ -822,6 +846,9 @@ class Engine:
             station.mark()
 
     def _complete(self, request: _Request, permit: Permit, error: Observation | None) -> None:
+        model = self.models[permit.endpoint.id]
+        if model.quota is not None and self.config.reporting is Reporting.HEALTH:
+            self._report_quota(model, permit, error)
         race = request.hedging
         if race is not None:
             if not permit.done:  # else a superseded loser's answer: it changes nothing
@@ -836,6 +863,16 @@ class Engine:
             self._start(request)
             return
         self._finish(request, ok=False)
+
+    def _report_quota(self, model: EndpointModel, permit: Permit, error: Observation | None) -> None:
+        """A provider's answer says how much of its quota is left (``x-ratelimit-*``), as a real one does."""
+        if isinstance(error, Timeout | Refused):
+            return  # no answer, no headers
+        left = model.quota_left(self.now)
+        if left is not None:
+            remaining, reset = left
+            limit = model.quota.requests if model.quota is not None else None
+            permit.report_quota(ProviderQuota(requests_limit=limit, requests_remaining=remaining, requests_reset=reset))
 
     def _report_success(self, permit: Permit) -> None:
         if self.config.reporting is Reporting.NONE:
@@ -965,6 +1002,7 @@ class Engine:
                 states=tuple(states),
                 latency_p99=percentile(window, 0.99),
                 queued=sum(len(s.waiting) for s in self._stations.values()),
+                calls=tuple(self._calls_by.values()),
             )
         )
 
@@ -998,6 +1036,7 @@ class Engine:
             ejected=tuple(sorted(self._ejected)),
             hedges_sent=sum(h.sent for h in self._hedges),
             hedges_won=sum(h.won for h in self._hedges),
+            throttled=tuple(self._throttled),
         )
 
     @property

@@ -89,6 +89,8 @@ class Phase:
             timeout, a refused connection).
         latency_scale: multiplies the latency, the service time of an endpoint with a
             capacity (a gray failure is an endpoint ten times slower).
+        error_latency: seconds a failed call takes (None: drawn like a success's); a
+            backend that sheds load answers its 503 in about a millisecond.
         capacity: calls served at once during this phase (None: the endpoint's own).
         healthy: whether the endpoint counts as healthy (default: error_rate < 0.25, and
             not refusing this client for good: 401/403, UNAUTHENTICATED/PERMISSION_DENIED).
@@ -98,6 +100,7 @@ class Phase:
     error_rate: float = 0.0
     error: Observation = attrs.field(factory=lambda: Stated(fault=Fault.SUSPECT))
     latency_scale: float = 1.0
+    error_latency: float | None = None
     capacity: int | None = None
     healthy: bool | None = None
 
@@ -108,6 +111,8 @@ class Phase:
             raise ConfigError("phase.start", f"must be a finite number >= 0, got {self.start}")
         if not 0 < self.latency_scale < math.inf:
             raise ConfigError("phase.latency_scale", f"must be a finite number > 0, got {self.latency_scale}")
+        if self.error_latency is not None and not 0 < self.error_latency < math.inf:
+            raise ConfigError("phase.error_latency", f"must be a finite number > 0, got {self.error_latency}")
         if self.capacity is not None:
             check_count("phase.capacity", self.capacity, maximum=MAX_CAPACITY)
 
@@ -216,7 +221,10 @@ class EndpointModel:
     serves at a time; past it calls wait in a FIFO queue of at most ``max_queue`` (None:
     unbounded), and past that it sheds them at once with ``overload`` (default: its
     protocol's overload status, :class:`~poise_py.sim.Overloaded`). ``warmup`` makes it
-    start cold when it joins or returns.
+    start cold when it joins or returns. ``reports_load`` makes it attach an ORCA load
+    report to every answer, as a server with poise_py's ORCA middleware does: its
+    utilization (calls in service over its capacity) and its answers and errors per second,
+    each averaged over about the last second.
 
     The only running state is the rate limiter's recent calls and the quota's count;
     :meth:`fresh` gives a copy with none, so every configuration's run starts from the
@@ -238,6 +246,7 @@ class EndpointModel:
     overload: Observation = attrs.field(factory=Overloaded)
     warmup: Warmup | None = None
     quota: Quota | None = None
+    reports_load: bool = False
     _recent: deque[float] = attrs.field(factory=deque, init=False)
     _starts: list[float] = attrs.field(factory=list, init=False)
     _quota_window: list[float] = attrs.field(factory=lambda: [-1.0, 0.0], init=False)
@@ -256,6 +265,8 @@ class EndpointModel:
             check_count("max_queue", self.max_queue, minimum=0, maximum=MAX_CAPACITY)
         if self.warmup is not None and self.capacity is None:
             raise ConfigError("warmup", "a warm-up ramps a capacity: give the endpoint one")
+        if self.reports_load and not self.loaded:
+            raise ConfigError("reports_load", "a load report measures use of a capacity: give the endpoint one")
 
     @property
     def loaded(self) -> bool:
@@ -350,7 +361,21 @@ class EndpointModel:
             return Response(latency=math.inf, error=error)  # never answers: ends at the client's deadline
         if isinstance(error, Refused):
             return Response(latency=0.001, error=error)
+        if error is not None and phase.error_latency is not None:
+            latency = phase.error_latency
         return Response(latency=latency, error=error)
+
+    def quota_left(self, now: float) -> tuple[int, float] | None:
+        """Requests left in the quota's window at ``now`` and seconds until it resets (None: no quota).
+
+        What a provider's rate-limit headers say on every answer.
+        """
+        quota = self.quota
+        if quota is None:
+            return None
+        start = math.floor(now / quota.per) * quota.per
+        used = self._quota_window[1] if self._quota_window[0] == start else 0.0
+        return max(0, quota.requests - int(used)), start + quota.per - now
 
     def _spend_quota(self, now: float, quota: Quota) -> Observation | None:
         """Count one call against the quota's window; the refusal when it is spent."""

@@ -23,6 +23,7 @@ import attrs
 
 from .. import Classifier, ConfigError, Fault, FaultError, default_classifier
 from .. import classify as presets
+from .._internal import install_hint
 
 _ADDRESS = "http://endpoint.invalid/"
 
@@ -140,7 +141,7 @@ def _grpc_error(code: str, trailing: tuple[tuple[str, str], ...], details: str) 
         import grpc  # noqa: PLC0415 - only scenarios that speak gRPC need it
         from grpc.aio import AioRpcError, Metadata  # noqa: PLC0415
     except ImportError:
-        raise ConfigError("client.protocol", "a gRPC scenario needs grpcio: pip install 'poise_py[grpc]'") from None
+        raise ConfigError("client.protocol", f"a gRPC scenario needs grpcio: {install_hint('grpc')}") from None
     return AioRpcError(grpc.StatusCode[code], Metadata(), Metadata(*trailing), details)
 
 
@@ -148,7 +149,7 @@ def _httpx() -> object:
     try:
         import httpx  # noqa: PLC0415 - only scenarios that speak HTTP need it
     except ImportError:
-        raise ConfigError("client.protocol", "an HTTP scenario needs httpx: pip install 'poise_py[httpx]'") from None
+        raise ConfigError("client.protocol", f"an HTTP scenario needs httpx: {install_hint('httpx')}") from None
     return httpx
 
 

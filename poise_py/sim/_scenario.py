@@ -119,6 +119,7 @@ def _policies() -> dict[str, Callable[[], Policy]]:
         "weighted_round_robin": "WeightedRoundRobin",
         "weighted_random": "WeightedRandom",
         "peak_ewma": "PeakEwma",
+        "weighted_by_load": "WeightedByLoad",
     }
     found: dict[str, Callable[[], Policy]] = {}
     for key, attr in names.items():
@@ -400,6 +401,7 @@ def _load(t: _Table) -> dict[str, Any]:
     options: dict[str, Any] = {
         "capacity": t.integer("capacity", None, low=1, high=MAX_CAPACITY),
         "max_queue": t.integer("max_queue", None, low=0, high=MAX_CAPACITY),
+        "reports_load": t.boolean("reports_load", None),
     }
     overload = t.table("overload")
     if overload is not None:
@@ -433,6 +435,7 @@ def _phase(value: object, where: str) -> Phase:
     start = t.number("start", 0.0)
     error_rate = t.number("error_rate", 0.0 if error is None else 1.0, high=1.0)
     latency_scale = t.number("latency_scale", 1.0, open_low=True)
+    error_latency = t.number("error_latency", None, open_low=True)
     capacity = t.integer("capacity", None, low=1, high=MAX_CAPACITY)
     healthy = t.boolean("healthy", None)
     t.done()
@@ -443,6 +446,7 @@ def _phase(value: object, where: str) -> Phase:
         error_rate=error_rate,
         error=error or Stated(fault=Fault.SUSPECT),
         latency_scale=latency_scale,
+        error_latency=error_latency,
         capacity=capacity,
         healthy=healthy,
     )
@@ -578,6 +582,12 @@ def _configurations(raw: object, client: Client) -> tuple[Configuration, ...]:
             raise ConfigError(t.at("name"), "is required (a non-empty string)")
         policy_name = t.string("policy", "p2c", policies)
         assert policy_name is not None  # noqa: S101 - defaulted
+        policy_table = t.table("policy_options")  # the policy's knobs: { blackout_period = 2.0 }
+        policy = (
+            policies[policy_name]()
+            if policy_table is None
+            else _construct(policies[policy_name], policy_table.where, **_plain(policy_table))
+        )
         circuit_table = t.table("circuit")
         circuit = poise.CircuitPolicy() if circuit_table is None else _circuit(circuit_table)
         budget_table = t.table("retry_budget")
@@ -599,7 +609,7 @@ def _configurations(raw: object, client: Client) -> tuple[Configuration, ...]:
         out.append(
             Configuration(
                 name=name,
-                policy=policies[policy_name](),
+                policy=policy,
                 circuit=circuit,
                 retry_budget=budget,
                 balancer_options=options,

@@ -522,7 +522,10 @@ def test_importing_without_grpcio_names_the_extra() -> None:
     )
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)  # noqa: S603
-    assert out.stdout.strip() == "poise_py.contrib.grpc needs: pip install 'poise_py[grpc]'"
+    assert (
+        out.stdout.strip()
+        == "poise_py.contrib.grpc needs: pip install 'poise_py[grpc]' (in a clone: pip install -e '.[grpc]')"
+    )
 
 
 # What the closed loop left behind, kept to the end of the run: their finalizers would

@@ -227,8 +227,9 @@ async def test_every_instrument_follows_the_semantic_convention_naming_rules(clo
     limits = {"max_in_flight": 8, "concurrency": poise.AdaptiveConcurrency()}
     async with lb_at(A, B, clock=clock, **limits) as lb:
         metrics = instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
-        async with lb.acquire():
-            pass
+        async with lb.acquire() as permit:
+            permit.report_load(poise.LoadReport(cpu_utilization=0.5, qps=10.0))
+            permit.report_quota(poise.Quota(requests_remaining=5))
         found = collect(reader)
         assert set(metrics.names) == set(found)
         kinds = {
@@ -243,6 +244,9 @@ async def test_every_instrument_follows_the_semantic_convention_naming_rules(clo
         assert kinds["poise.endpoint.effective_weight"] == "Gauge"
         assert kinds["poise.endpoint.concurrency.limit"] == "Gauge"
         assert kinds["poise.endpoint.concurrency.max"] == "Gauge"
+        assert kinds["poise.endpoint.load.utilization"] == "Gauge"
+        assert kinds["poise.endpoint.load.weight"] == "Gauge"
+        assert kinds["poise.endpoint.quota.remaining"] == "Gauge"
         for metric in found.values():
             check_metric(metric)
         point = found["poise.calls"].data.data_points[0]
@@ -386,7 +390,10 @@ def test_importing_without_opentelemetry_names_the_extra() -> None:
     )
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)  # noqa: S603
-    assert out.stdout.strip() == "poise_py.contrib.otel needs: pip install 'poise_py[otel]'"
+    assert (
+        out.stdout.strip()
+        == "poise_py.contrib.otel needs: pip install 'poise_py[otel]' (in a clone: pip install -e '.[otel]')"
+    )
 
 
 async def test_an_endpoint_moved_to_a_new_address_is_measured_at_the_new_one(clock: FakeClock) -> None:

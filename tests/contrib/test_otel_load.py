@@ -84,3 +84,18 @@ async def test_a_ramping_endpoints_effective_weight_gauge_rises_over_its_slow_st
         publisher.close()
     assert early == pytest.approx(0.1)  # min_weight
     assert later == pytest.approx(0.5)
+
+
+async def test_reported_utilization_and_the_load_weight_are_gauges_of_the_endpoints_that_report(
+    clock: FakeClock,
+) -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery(_endpoints()), clock=clock)
+    async with lb:
+        reader = _reader(lb)
+        assert "poise.endpoint.load.utilization" not in points(reader)  # nothing reported yet
+        async with lb.acquire(exclude=["b"]) as permit:
+            permit.report_load(poise.LoadReport(cpu_utilization=0.8, application_utilization=0.4, qps=20.0))
+        found = points(reader)
+        assert value(found, "poise.endpoint.load.utilization", **A) == 0.4
+        assert value(found, "poise.endpoint.load.weight", **A) == pytest.approx(50.0)
+        assert [attrs for attrs, _ in found["poise.endpoint.load.weight"]] == [A]

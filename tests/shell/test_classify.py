@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 import poise_py as poise
-from poise_py import Classification, Fault
+from poise_py import Classification, Fault, classify
 
 MARKER = ("wool-fault", "worker-internal")
 
@@ -160,3 +160,41 @@ def test_a_pushback_on_a_callers_error_is_ignored_and_on_a_plain_fault_makes_a_c
     verdict = classify(unavailable)
     assert isinstance(verdict, poise.Classification)
     assert verdict.retry_after == 0.1
+
+
+# -- what LLM providers send: retry-after-ms, rate-limit headers, 529 ------------------------
+
+
+def test_retry_after_ms_wins_over_retry_after() -> None:
+    verdict = classify.http_status(429, {"retry-after-ms": "1500", "retry-after": "9"})
+    assert verdict == poise.Classification(Fault.TRANSIENT, retry_after=1.5)
+
+
+@pytest.mark.parametrize("value", ["-5", "soon", "nan", "inf", "1" * 40])
+def test_a_bad_retry_after_ms_falls_back_to_retry_after(value: str) -> None:
+    verdict = classify.http_status(503, {"retry-after-ms": value, "retry-after": "2"})
+    assert verdict == poise.Classification(Fault.SUSPECT, retry_after=2.0, overload=True)
+
+
+def test_a_429_without_retry_after_waits_for_its_spent_quotas_reset() -> None:
+    headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "6m0s"}
+    assert classify.http_status(429, headers) == poise.Classification(Fault.TRANSIENT, retry_after=360.0)
+    unspent = {"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "6m0s"}
+    assert classify.http_status(429, unspent) is Fault.TRANSIENT
+
+
+def test_a_529_is_load_shaped_like_a_503() -> None:
+    assert classify.http_status(529) == poise.Classification(Fault.SUSPECT, overload=True)
+    assert classify.http_status(529, gateway=Fault.TRANSIENT) == poise.Classification(Fault.TRANSIENT, overload=True)
+
+
+def test_the_llm_preset_moves_past_a_providers_overload_without_a_strike() -> None:
+    class AnsweredError(Exception):
+        def __init__(self, status: int) -> None:
+            self.response = type("R", (), {"status_code": status, "headers": {}})()
+
+    judge = classify.llm()
+    assert judge(AnsweredError(503)) == poise.Classification(Fault.TRANSIENT, overload=True)
+    assert judge(AnsweredError(529)) == poise.Classification(Fault.TRANSIENT, overload=True)
+    assert judge(AnsweredError(500)) is Fault.SUSPECT
+    assert judge(AnsweredError(401)) is Fault.PERMANENT

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from poise_py._version import VERSION
+from poise_py._version import VERSION, compiled
 from poise_py.sim import Protocol, builtin_names, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,10 @@ def _blocked(module: str) -> str:
 def test_a_cli_command_without_its_extra_prints_one_line_naming_it(argv: list[str], module: str, extra: str) -> None:
     result = _run(_blocked(module) + f"from poise_py.cli import main\nraise SystemExit(main({argv!r}))\n")
     assert result.returncode == 2
-    assert result.stderr == f"poise {argv[0]} needs: pip install 'poise_py[{extra}]'\n"
+    assert (
+        result.stderr
+        == f"poise {argv[0]} needs: pip install 'poise_py[{extra}]' (in a clone: pip install -e '.[{extra}]')\n"
+    )
     assert result.stdout == ""
 
 
@@ -57,7 +60,7 @@ def test_contrib_httpx_without_httpx_names_its_extra() -> None:
     )
     assert result.stdout.splitlines() == [
         "httpx",
-        "poise_py.contrib.httpx needs: pip install 'poise_py[httpx]'",
+        "poise_py.contrib.httpx needs: pip install 'poise_py[httpx]' (in a clone: pip install -e '.[httpx]')",
         "True",
     ]
 
@@ -66,7 +69,7 @@ def test_an_uncaught_contrib_import_error_ends_in_the_one_line() -> None:
     result = _run(_blocked("httpx") + "import poise_py.contrib.httpx\n")
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
-        "ModuleNotFoundError: poise_py.contrib.httpx needs: pip install 'poise_py[httpx]'"
+        "ModuleNotFoundError: poise_py.contrib.httpx needs: pip install 'poise_py[httpx]' (in a clone: pip install -e '.[httpx]')"
     )
     assert "During handling" not in result.stderr  # no chained traceback of the original import
 
@@ -80,7 +83,10 @@ def test_contrib_status_imports_without_a_server_and_building_the_app_names_its_
         + "try:\n    StatusApp(poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint('a')])))\n"
         + "except ModuleNotFoundError as exc:\n    print(exc)\n"
     )
-    assert result.stdout == "poise_py.contrib.status needs: pip install 'poise_py[status]'\n", result.stderr
+    assert (
+        result.stdout
+        == "poise_py.contrib.status needs: pip install 'poise_py[status]' (in a clone: pip install -e '.[status]')\n"
+    ), result.stderr
 
 
 def _third_party_imports(path: Path) -> set[str]:
@@ -126,12 +132,13 @@ def test_the_status_extra_is_hypercorn_and_dev_has_the_browser_driver() -> None:
     assert {"hypercorn", "playwright"} <= _requirement_names(extras["dev"])
 
 
-def test_poise_version_prints_the_package_version() -> None:
+def test_poise_version_prints_the_package_version_and_the_build() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "poise_py.cli", "--version"], capture_output=True, text=True, cwd=ROOT, check=False
     )
     assert result.returncode == 0
-    assert result.stdout == f"poise_py {VERSION}\n"
+    build = "compiled: mypyc" if compiled() else "pure Python"
+    assert result.stdout == f"poise_py {VERSION} ({build})\n"
     assert PYPROJECT["project"]["version"] == VERSION
 
 

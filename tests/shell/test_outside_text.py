@@ -328,7 +328,7 @@ def test_a_status_app_without_its_extra_fails_where_it_is_built_in_one_line() ->
     )
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
-        "ModuleNotFoundError: poise_py.contrib.status needs: pip install 'poise_py[status]'"
+        "ModuleNotFoundError: poise_py.contrib.status needs: pip install 'poise_py[status]' (in a clone: pip install -e '.[status]')"
     )
     assert "ExceptionGroup" not in result.stderr
     assert "During handling" not in result.stderr
