@@ -39,6 +39,8 @@ class EndpointCounters:
         stale: results dropped because their epoch had passed (or the endpoint left).
         ejections: times the circuit opened with escalation.
         suppressed_ejections: trips held back by ``max_ejection_percent``.
+        load_reports: ORCA load reports its backend sent (``permit.report_load``).
+        quota_rests: times its provider said its quota was spent (it rested until the reset).
     """
 
     issued: int
@@ -50,6 +52,8 @@ class EndpointCounters:
     stale: int
     ejections: int
     suppressed_ejections: int
+    load_reports: int = 0
+    quota_rests: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -251,7 +255,7 @@ def endpoint_snapshot(
         max_in_flight=max_in_flight,
         concurrency_limit=concurrency_limit,
         load_report=None if signal is None else cast("LoadReport | None", signal.report),
-        load_reported_at=None if signal is None else signal.reported_at,
+        load_reported_at=None if signal is None or not signal.reports else signal.reported_at,
         load_weight=None if signal is None or signal.weight <= 0.0 else signal.weight,
         held_failures=0 if now is None else pool.held(state, now),
         quota_remaining=quota_remaining,
@@ -262,6 +266,7 @@ def endpoint_snapshot(
 def endpoint_counters(state: EndpointState) -> EndpointCounters:
     """Freeze one endpoint's counters (each saturating at ``2**64 - 1``)."""
     circuit = state.circuit
+    signal = state.load
     issued = min(SATURATED, state.successes + sum(state.faults) + state.cancellations + state.inflight)
     modes = state.mode_selections
     rerouted = sum(modes)
@@ -277,6 +282,8 @@ def endpoint_counters(state: EndpointState) -> EndpointCounters:
         stale=state.stale,
         ejections=min(SATURATED, circuit.ejections),
         suppressed_ejections=min(SATURATED, circuit.suppressed_ejections),
+        load_reports=0 if signal is None else min(SATURATED, signal.reports),
+        quota_rests=0 if signal is None else min(SATURATED, signal.quota_rests),
     )
 
 

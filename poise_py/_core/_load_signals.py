@@ -44,7 +44,7 @@ def load_weight(qps: float, eps: float, utilization: float, error_utilization_pe
 
 
 class LoadSignal:
-    """One endpoint's latest load report and the weight made of it.
+    """One endpoint's latest load report and the weight made of it, and how often its backend spoke.
 
     Attributes:
         report: the latest report as the shell received it (a :class:`~poise_py.LoadReport`;
@@ -56,6 +56,8 @@ class LoadSignal:
         weight: the latest non-zero weight (:func:`load_weight`), 0.0 before the first.
         updated_at: when ``weight`` was last set (:data:`NEVER` before).
         non_empty_since: when the current run of weights began (the blackout's start).
+        reports: how many load reports it sent.
+        quota_rests: how many times its provider said its quota was spent.
     """
 
     report: object
@@ -66,8 +68,21 @@ class LoadSignal:
     weight: float
     updated_at: float
     non_empty_since: float
+    reports: int
+    quota_rests: int
 
-    __slots__ = ("eps", "non_empty_since", "qps", "report", "reported_at", "updated_at", "utilization", "weight")
+    __slots__ = (
+        "eps",
+        "non_empty_since",
+        "qps",
+        "quota_rests",
+        "report",
+        "reported_at",
+        "reports",
+        "updated_at",
+        "utilization",
+        "weight",
+    )
 
     def __init__(self) -> None:
         self.report = None
@@ -78,6 +93,8 @@ class LoadSignal:
         self.weight = 0.0
         self.updated_at = NEVER
         self.non_empty_since = NEVER
+        self.reports = 0
+        self.quota_rests = 0
 
     def update(
         self,
@@ -93,6 +110,7 @@ class LoadSignal:
         """Take one report received at ``now`` (gRFC A58's ``OnLoadReport``)."""
         self.report = report
         self.reported_at = now
+        self.reports += 1
         self.utilization = utilization
         self.qps = qps
         self.eps = eps

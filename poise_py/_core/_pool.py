@@ -669,6 +669,10 @@ class Pool:
         if self._rests.get(state) == until:
             return
         self._rests[state] = until
+        signal = state.load
+        if signal is None:
+            signal = state.load = LoadSignal()
+        signal.quota_rests += 1
         control.set_quota(UNLIMITED)  # the rest keeps it out; after the reset its provider says anew
         control.set_share(1.0)
         self._push(until, state, _RESTS)

@@ -168,3 +168,16 @@ async def test_the_transport_reads_each_answers_rate_limit_headers(clock: FakeCl
         assert a.eligible_reason is not None  # rests on its quota (and its circuit honours the Retry-After, as before)
         assert a.quota_resets_at == clock.now + 60.0
         assert b.quota_remaining == 42
+
+
+async def test_statistics_count_each_endpoints_load_reports_and_quota_rests(clock: FakeClock) -> None:
+    async with static_lb("a", "b", clock=clock) as lb:
+        for _ in range(3):
+            async with lb.acquire(exclude=["b"]) as permit:
+                permit.report_load(poise.LoadReport(cpu_utilization=0.5, qps=10.0))
+        async with lb.acquire(exclude=["a"]) as permit:
+            permit.report_quota(poise.Quota(requests_remaining=0, requests_reset=5.0))
+        stats = lb.statistics().endpoints
+        assert (stats["a"].load_reports, stats["a"].quota_rests) == (3, 0)
+        assert (stats["b"].load_reports, stats["b"].quota_rests) == (0, 1)
+        assert lb.snapshot()["b"].load_reported_at is None  # a quota is no load report
