@@ -669,16 +669,16 @@ class Pool:
         if self._rests.get(state) == until:
             return
         self._rests[state] = until
-        signal = state.load
-        if signal is None:
-            signal = state.load = LoadSignal()
-        signal.quota_rests += 1
         control.set_quota(UNLIMITED)  # the rest keeps it out; after the reset its provider says anew
         control.set_share(1.0)
         self._push(until, state, _RESTS)
         self.listener.armed()  # a deadline no transition announced: the timer looks again
-        if state.resting is None:
-            state.resting = _QUOTA
+        signal = state.load
+        if signal is None:
+            signal = state.load = LoadSignal()
+        if signal.resting is None:
+            signal.resting = _QUOTA
+            signal.quota_rests += 1
             self._sync(state)
 
     def _wake(self, state: EndpointState, at: float) -> None:
@@ -686,8 +686,9 @@ class Pool:
         if self._rests.get(state) != at:
             return
         del self._rests[state]
-        if state.live and state.resting is not None:
-            state.resting = None
+        signal = state.load
+        if state.live and signal is not None and signal.resting is not None:
+            signal.resting = None
             self._sync(state)
 
     def resting_until(self, state: EndpointState) -> float | None:
@@ -1092,7 +1093,7 @@ class Pool:
                 and cstate is not _BLOCKED
                 and cstate is not _RETIRED
                 and state.readiness is None
-                and state.resting is None
+                and (state.load is None or state.load.resting is None)
             )
             if eligible != (state.ppos >= 0):
                 if eligible:

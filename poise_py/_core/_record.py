@@ -53,7 +53,9 @@ _AUTO = AdminStatus.AUTO
 def gate(state: EndpointState) -> IneligibleReason | None:
     """Readiness, a spent quota, then the operator's and active health's verdict (health only under AUTO)."""
     admin = state.admin
-    return state.readiness or state.resting or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
+    signal = state.load  # a spent quota rests it (kept on the signal: the record stays in its cache lines)
+    resting = None if signal is None else signal.resting
+    return state.readiness or resting or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
 
 
 def refusal(state: EndpointState) -> IneligibleReason | None:
@@ -157,7 +159,6 @@ class EndpointState(Tally):
         "probes",
         "readiness",
         "resource",
-        "resting",
         "stale",
         "was_degraded",
         "was_ejected",
@@ -200,8 +201,6 @@ class EndpointState(Tally):
         """What the balancer's endpoint factory built for it (``Permit.resource``)."""
         self.load = None
         """What its backend last said about its load (ORCA), once it said anything."""
-        self.resting: IneligibleReason | None = None
-        """QUOTA while its provider's quota is spent (it rests until the reset), else None."""
 
     @property
     def id(self) -> str:

@@ -116,7 +116,7 @@ async def test_a_permit_hands_its_quota_to_the_endpoint_and_the_snapshot_shows_i
 
 
 async def test_a_spent_quota_rests_the_endpoint_until_its_reset_with_no_strike(clock: FakeClock) -> None:
-    async with static_lb("a", "b", clock=clock) as lb:
+    async with static_lb("a", "b", clock=clock, policy=poise.RoundRobin()) as lb:
         async with lb.acquire(exclude=["b"]) as permit:
             permit.report_quota(poise.Quota(tokens_limit=1000, tokens_remaining=0, tokens_reset=30.0))
         snap = lb.snapshot()["a"]
