@@ -11,6 +11,7 @@ import attrs
 from ._core._circuit import CircuitState
 from ._core._health_schedule import HealthSnapshot
 from ._core._limits import UNLIMITED
+from ._core._load_signals import LoadSignal
 from ._core._pool import Pool
 from ._core._record import FAULT_INDEX, MODE_INDEX, EndpointState
 from ._core._routing import TRAFFIC_UNITS
@@ -215,7 +216,7 @@ def endpoint_snapshot(
     reported undecayed and a ramp at its start.
     """
     circuit = state.circuit
-    signal = state.load
+    signal = pool.signal(state)
     weight = float(state.endpoint.weight)
     ramp_progress: float | None = None
     max_in_flight: int | None = None
@@ -247,7 +248,7 @@ def endpoint_snapshot(
         reopen_at=circuit.next_deadline(),
         consecutive_failures=circuit.consecutive_failures,
         escalation_level=circuit.level if now is None else circuit.escalation_level(now),
-        counters=endpoint_counters(state),
+        counters=endpoint_counters(state, signal),
         health=None if health is None else health(state.endpoint.id),
         degraded=circuit.degraded,
         effective_weight=weight,
@@ -263,10 +264,9 @@ def endpoint_snapshot(
     )
 
 
-def endpoint_counters(state: EndpointState) -> EndpointCounters:
-    """Freeze one endpoint's counters (each saturating at ``2**64 - 1``)."""
+def endpoint_counters(state: EndpointState, signal: LoadSignal | None) -> EndpointCounters:
+    """Freeze one endpoint's counters (each saturating at ``2**64 - 1``); ``signal``: what its backend said."""
     circuit = state.circuit
-    signal = state.load
     issued = min(SATURATED, state.successes + sum(state.faults) + state.cancellations + state.inflight)
     modes = state.mode_selections
     rerouted = sum(modes)

@@ -550,7 +550,7 @@ class Telemetry:
         for state in list(pool.members.values()):
             totals.add(state)
             inflight += state.inflight
-            endpoints[state.endpoint.id] = endpoint_counters(state)
+            endpoints[state.endpoint.id] = endpoint_counters(state, pool.signal(state))
         for state in list(self._lingering):
             totals.add(state)
             inflight += state.inflight

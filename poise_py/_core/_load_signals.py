@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import math
 
-from .._errors import IneligibleReason
-
 NEVER = -math.inf
 """``updated_at`` of a signal that never had a weight."""
 
@@ -60,7 +58,6 @@ class LoadSignal:
         non_empty_since: when the current run of weights began (the blackout's start).
         reports: how many load reports it sent.
         quota_rests: how many times its provider said its quota was spent.
-        resting: QUOTA while its provider's quota is spent (it rests until the reset), else None.
     """
 
     report: object
@@ -73,7 +70,6 @@ class LoadSignal:
     non_empty_since: float
     reports: int
     quota_rests: int
-    resting: IneligibleReason | None
 
     __slots__ = (
         "eps",
@@ -83,7 +79,6 @@ class LoadSignal:
         "report",
         "reported_at",
         "reports",
-        "resting",
         "updated_at",
         "utilization",
         "weight",
@@ -100,7 +95,6 @@ class LoadSignal:
         self.non_empty_since = NEVER
         self.reports = 0
         self.quota_rests = 0
-        self.resting = None
 
     def update(
         self,

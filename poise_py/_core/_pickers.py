@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from .._errors import CapacityOverflow
-from ._load_signals import fill_weights
+from ._load_signals import LoadSignal, fill_weights
 from ._maglev import MaglevTable, key_hash
 from ._record import UNMEASURED
 from ._weights import STRIDE_SCALE, PackedSchedule, WeightBuckets, WeightClasses
@@ -40,16 +40,21 @@ class PoolView:
             :class:`PowerOfTwoChoices` failure penalty): a pick adds them to the in-flight
             count it compares. Empty while nothing failed lately, and then the pick pays one
             truth test for it.
+        signals: what each endpoint's backend said of its load (ORCA reports), for
+            :class:`WeightedByLoad`; beside the records, not in them, so a record stays
+            within its cache lines.
     """
 
     now: float
     held: dict[EndpointState, int]
+    signals: dict[EndpointState, LoadSignal]
 
-    __slots__ = ("held", "now")
+    __slots__ = ("held", "now", "signals")
 
     def __init__(self, now: float = 0.0) -> None:
         self.now = now
         self.held = {}
+        self.signals = {}
 
 
 PickFn: TypeAlias = "Callable[[list[EndpointState], list[int], Hashable | None], EndpointState]"
@@ -296,6 +301,7 @@ class LoadWeightedPicker:
         "_mean",
         "_next_update",
         "_seq",
+        "_signals",
         "_turns",
         "_unit",
         "_weights",
@@ -315,10 +321,12 @@ class LoadWeightedPicker:
         self._next_update = -math.inf
         self._seq = 0
         self.view = PoolView()
+        self._signals: dict[EndpointState, LoadSignal] = {}
 
     def attach(self, scope: Scope) -> None:
         self._candidates = scope.candidates
         self.view = scope.view
+        self._signals = scope.view.signals
 
     def _push(self, at: float, state: EndpointState) -> None:
         self._seq += 1
@@ -340,9 +348,10 @@ class LoadWeightedPicker:
         blackout = knobs.blackout_period
         expiration = knobs.weight_expiration_period
         candidates = self._candidates
+        signals = self._signals
         raw = [
             0.0
-            if (signal := state.load) is None
+            if (signal := signals.get(state)) is None
             else signal.weight_at(now, blackout_period=blackout, weight_expiration_period=expiration)
             for state in candidates
         ]

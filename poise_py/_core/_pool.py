@@ -221,6 +221,7 @@ class Pool:
             self.load.recallable.pop(state, None)
             self.load.recalls.pop(state, None)
             self._view.held.pop(state, None)
+            self._view.signals.pop(state, None)
             self._rests.pop(state, None)
             self._detach(state)
             state.live = False
@@ -629,9 +630,7 @@ class Pool:
         """
         if not state.live:
             return
-        signal = state.load
-        if signal is None:
-            signal = state.load = LoadSignal()
+        signal = self._signal(state)
         signal.update(
             report,
             now,
@@ -668,28 +667,38 @@ class Pool:
         until = now + (QUOTA_REST if resets_in is None else resets_in)
         if self._rests.get(state) == until:
             return
+        resting = state in self._rests
         self._rests[state] = until
         control.set_quota(UNLIMITED)  # the rest keeps it out; after the reset its provider says anew
         control.set_share(1.0)
         self._push(until, state, _RESTS)
         self.listener.armed()  # a deadline no transition announced: the timer looks again
-        signal = state.load
-        if signal is None:
-            signal = state.load = LoadSignal()
-        if signal.resting is None:
-            signal.resting = _QUOTA
-            signal.quota_rests += 1
-            self._sync(state)
+        if not resting:
+            self._signal(state).quota_rests += 1
+            if state.readiness is None:  # the gate readiness checks use; their own reason wins
+                state.readiness = _QUOTA
+                self._sync(state)
 
     def _wake(self, state: EndpointState, at: float) -> None:
         """A spent quota reset at ``at``: ``state`` takes calls again (nothing if a later report moved its rest)."""
         if self._rests.get(state) != at:
             return
         del self._rests[state]
-        signal = state.load
-        if state.live and signal is not None and signal.resting is not None:
-            signal.resting = None
+        if state.live and state.readiness is _QUOTA:
+            state.readiness = None
             self._sync(state)
+
+    def _signal(self, state: EndpointState) -> LoadSignal:
+        """``state``'s signal, made at its backend's first word."""
+        signals = self._view.signals
+        signal = signals.get(state)
+        if signal is None:
+            signal = signals[state] = LoadSignal()
+        return signal
+
+    def signal(self, state: EndpointState) -> LoadSignal | None:
+        """What ``state``'s backend said of its load and quota, or None if it said nothing."""
+        return self._view.signals.get(state)
 
     def resting_until(self, state: EndpointState) -> float | None:
         """When ``state``'s spent quota resets, while it rests on it; else None."""
@@ -930,7 +939,12 @@ class Pool:
                     self._ramp(state, now)
 
     def set_readiness(self, state: EndpointState, reason: IneligibleReason | None) -> None:
-        """Keep ``state`` out as NOT_READY or QUARANTINED, or (None) let the rest decide; O(1)."""
+        """Keep ``state`` out as NOT_READY or QUARANTINED, or (None) let the rest decide; O(1).
+
+        A readiness check passing while its quota rests leaves it out as QUOTA until the reset.
+        """
+        if reason is None and state in self._rests:
+            reason = _QUOTA
         if reason is not state.readiness:
             state.readiness = reason
             if state.live:
@@ -1088,13 +1102,7 @@ class Pool:
         panic = home.tier.panic
         if panic is not None:  # never PERMANENT-blocked, retired, not ready to be called, or out of quota
             cstate = circuit.state
-            eligible = (
-                counted
-                and cstate is not _BLOCKED
-                and cstate is not _RETIRED
-                and state.readiness is None
-                and (state.load is None or state.load.resting is None)
-            )
+            eligible = counted and cstate is not _BLOCKED and cstate is not _RETIRED and state.readiness is None
             if eligible != (state.ppos >= 0):
                 if eligible:
                     panic.add(state)

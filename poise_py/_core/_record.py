@@ -17,7 +17,6 @@ from .._endpoint import AdminStatus, Endpoint
 from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints
 from .._faults import Fault
 from ._circuit import Circuit
-from ._load_signals import LoadSignal
 from ._tally import SATURATED, Tally
 
 if TYPE_CHECKING:
@@ -53,9 +52,7 @@ _AUTO = AdminStatus.AUTO
 def gate(state: EndpointState) -> IneligibleReason | None:
     """Readiness, a spent quota, then the operator's and active health's verdict (health only under AUTO)."""
     admin = state.admin
-    signal = state.load  # a spent quota rests it (kept on the signal: the record stays in its cache lines)
-    resting = None if signal is None else signal.resting
-    return state.readiness or resting or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
+    return state.readiness or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
 
 
 def refusal(state: EndpointState) -> IneligibleReason | None:
@@ -139,7 +136,6 @@ class EndpointState(Tally):
     probes: int
     stale: int
     mode_selections: list[int]
-    load: LoadSignal | None
 
     __slots__ = (
         "admin",
@@ -153,7 +149,6 @@ class EndpointState(Tally):
         "faults",
         "health_refusal",
         "home",
-        "load",
         "mode_selections",
         "ppos",
         "probes",
@@ -196,11 +191,10 @@ class EndpointState(Tally):
         routing path counts them with :func:`count_selection`; HEALTHY selections are
         derived (issued minus these), so the healthy fast path counts nothing extra."""
         self.readiness: IneligibleReason | None = None
-        """NOT_READY or QUARANTINED while its readiness check keeps it out, else None."""
+        """NOT_READY or QUARANTINED while its readiness check keeps it out, QUOTA while its
+        provider's quota is spent (the pool's rest), else None."""
         self.resource: object = None
         """What the balancer's endpoint factory built for it (``Permit.resource``)."""
-        self.load = None
-        """What its backend last said about its load (ORCA), once it said anything."""
 
     @property
     def id(self) -> str:

@@ -182,7 +182,7 @@ def test_a_report_for_an_endpoint_that_left_is_dropped() -> None:
     state = pool.members["e0"]
     pool.apply(1.0, removed=["e0"])
     pool.report_load(state, None, 2.0, utilization=0.5, qps=10.0, eps=0.0)
-    assert state.load is None
+    assert pool.signal(state) is None
 
 
 @pytest.mark.parametrize(

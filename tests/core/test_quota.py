@@ -148,3 +148,24 @@ def test_the_quotas_share_comes_back_whole_after_a_rest() -> None:
     pool.report_quota(state, 1.0, remaining=0, resets_in=10.0)
     pool.handle_timer(11.0)
     assert pool.ramp_factor(state, 11.0) == 1.0
+
+
+def test_a_readiness_check_passing_during_a_rest_leaves_it_resting() -> None:
+    pool = pool_of(2)
+    state = pool.members["e0"]
+    pool.report_quota(state, 0.0, remaining=0, resets_in=10.0)
+    pool.set_readiness(state, IneligibleReason.QUARANTINED)
+    assert pool.refusal(state) is IneligibleReason.QUARANTINED  # its own reason wins
+    pool.set_readiness(state, None)
+    assert pool.refusal(state) is IneligibleReason.QUOTA
+    pool.handle_timer(10.0)
+    assert pool.refusal(state) is None
+
+
+def test_a_resting_endpoint_stays_out_of_a_panicking_tier() -> None:
+    eps = [poise.Endpoint(f"e{i}") for i in range(4)]
+    pool = make_pool(poise.RoundRobin(), eps, panic=poise.Panic(threshold=0.9))
+    for state in list(pool.members.values())[1:]:
+        pool.set_admin(state.endpoint.id, poise.AdminStatus.FORCED_UNHEALTHY)
+    pool.report_quota(pool.members["e0"], 0.0, remaining=0, resets_in=10.0)
+    assert "e0" not in {pick(pool) for _ in range(20)}  # panic spreads over the others, never the rested one
