@@ -27,6 +27,7 @@ in with each report and each read.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 NEVER = -math.inf
 """``updated_at`` of a signal that never had a weight."""
@@ -141,3 +142,42 @@ def fill_weights(weights: list[float]) -> list[float]:
         return [1.0] * len(weights)
     mean = sum(known) / len(known)
     return [w if w > 0.0 else mean for w in weights]
+
+
+class Answers:
+    """What a pool keeps of answers beyond their outcome, in one attribute of the pool.
+
+    One object, because CPython shares an instance dict's keys only up to 30 of them and the
+    pool's hot path reads the pool's own; everything here is read on failures, reports and
+    timers only.
+
+    Attributes:
+        latency_floor: the least latency a failed call is measured as (a latency policy's
+            ``failure_penalty``).
+        hold: seconds from its start a failed call stays counted in its endpoint's load, at
+            least (a load policy's ``failure_penalty``: the pool then times every call).
+        holds: when each such hold ends ``(at, seq, state)``: ended by the next selection at
+            or after that time (a hold only matters to picks), never by the timer.
+        error_utilization_penalty, weight_expiration_period: a load-report policy's knobs for
+            turning reports into weights (gRFC A58's defaults otherwise).
+        rests: the endpoints resting on a spent quota, and when the quota resets.
+    """
+
+    latency_floor: float
+    hold: float
+    holds: list[tuple[float, int, Any]]
+    error_utilization_penalty: float
+    weight_expiration_period: float
+    rests: dict[Any, float]
+
+    __slots__ = ("error_utilization_penalty", "hold", "holds", "latency_floor", "rests", "weight_expiration_period")
+
+    def __init__(
+        self, *, latency_floor: float, hold: float, error_utilization_penalty: float, weight_expiration_period: float
+    ) -> None:
+        self.latency_floor = latency_floor
+        self.hold = hold
+        self.holds = []
+        self.error_utilization_penalty = error_utilization_penalty
+        self.weight_expiration_period = weight_expiration_period
+        self.rests = {}

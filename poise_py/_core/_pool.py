@@ -36,7 +36,7 @@ from ._concurrency import LoadPolicy
 from ._ejection import EjectionGuard, rate_quorum, rotation_answers
 from ._limits import UNLIMITED, LoadControl, LoadState
 from ._listener import NullListener, PoolListener
-from ._load_signals import LoadSignal
+from ._load_signals import Answers, LoadSignal
 from ._outlier import OutlierSampler
 from ._pickers import PickFn, PoolView
 from ._record import FAULT_INDEX, MODE_INDEX, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
@@ -121,22 +121,21 @@ class Pool:
         )
         """The policy's latency observer, if it measures latency."""
         penalty = float(getattr(policy, "failure_penalty", 0.0))
-        self._latency_floor = penalty if measures else 0.0
-        """The least latency a failed call is measured as (a latency policy's failure penalty)."""
-        self._hold = 0.0 if measures else penalty
-        """Seconds from its start a failed call stays counted in its endpoint's load, at least
-        (a load policy's failure penalty: the pool then times every call)."""
+        self.answers = Answers(
+            latency_floor=penalty if measures else 0.0,
+            hold=0.0 if measures else penalty,
+            error_utilization_penalty=float(getattr(policy, "error_utilization_penalty", 1.0)),
+            weight_expiration_period=float(getattr(policy, "weight_expiration_period", 180.0)),
+        )
+        """Failure penalties, quota rests and load-report knobs (one attribute: see :class:`Answers`)."""
         self._observe = self._observe_adaptive if self.load.adaptive else self._measure
         """What a CLOSED success's latency feeds (the policy's observer, an adaptive limit's
         sample, or nothing): one hook, so the hot path tests one attribute for both."""
-        self._error_penalty = float(getattr(policy, "error_utilization_penalty", 1.0))
-        self._weight_expiry = float(getattr(policy, "weight_expiration_period", 180.0))
-        """A load-report policy's knobs for turning reports into weights (gRFC A58's defaults otherwise)."""
         self.timed = (
             circuit.measures_latency
             or measures
             or self.load.adaptive
-            or self._hold > 0
+            or self.answers.hold > 0
             or bool(getattr(policy, "reads_time", False))
         )
         """Whether a selection needs the time to time the call."""
@@ -171,11 +170,6 @@ class Pool:
         self._deadlines: list[tuple[float, int, EndpointState | None, int]] = []
         """OPEN circuits' ends ``(at, seq, state, epoch)``, and with success-rate detection
         its next evaluation ``(at, seq, None, -1)``."""
-        self._rests: dict[EndpointState, float] = {}
-        """The endpoints resting on a spent quota, and when the quota resets (a ``_RESTS`` deadline each)."""
-        self._holds: list[tuple[float, int, EndpointState]] = []
-        """When each failure penalty's hold ends ``(at, seq, state)``: ended by the next
-        selection at or after that time (a hold only matters to picks), never by the timer."""
         self._outliers = None if circuit.success_rate is None else OutlierSampler(circuit.success_rate)
         self._outlier_armed = False
         self._quorum: Callable[[float], bool] | None = (
@@ -222,7 +216,7 @@ class Pool:
             self.load.recalls.pop(state, None)
             self._view.held.pop(state, None)
             self._view.signals.pop(state, None)
-            self._rests.pop(state, None)
+            self.answers.rests.pop(state, None)
             self._detach(state)
             state.live = False
             self.guard.leave(state)
@@ -321,7 +315,7 @@ class Pool:
             deadlines = self._deadlines
             if deadlines and deadlines[0][0] <= now:
                 self.handle_timer(now)
-            holds = self._holds
+            holds = self.answers.holds
             if holds and holds[0][0] <= now:
                 self._end_holds(now)
         available = self._fast
@@ -594,8 +588,9 @@ class Pool:
         else:
             i = FAULT_INDEX[fault]
             state.faults[i] = sat_add(state.faults[i])
-            if self._hold and fault in _DROPS and state.live and latency is not None and latency < self._hold:
-                self._hold_failure(state, now - latency + self._hold)
+            hold = self.answers.hold
+            if hold and fault in _DROPS and state.live and latency is not None and latency < hold:
+                self._hold_failure(state, now - latency + hold)
         self._record(state, ticket, fault, now, latency=latency, retry_after=retry_after, overload=overload)
 
     def _hold_failure(self, state: EndpointState, until: float) -> None:
@@ -603,12 +598,12 @@ class Pool:
         held = self._view.held
         held[state] = held.get(state, 0) + 1
         self._seq += 1
-        heapq.heappush(self._holds, (until, self._seq, state))
+        heapq.heappush(self.answers.holds, (until, self._seq, state))
         self.clocked = True  # the selection that passes its end ends it
 
     def _end_holds(self, now: float) -> None:
         """End every hold due at ``now`` (nothing for an endpoint that left the pool)."""
-        holds = self._holds
+        holds = self.answers.holds
         held = self._view.held
         while holds and holds[0][0] <= now:
             state = heapq.heappop(holds)[2]
@@ -637,8 +632,8 @@ class Pool:
             utilization=utilization,
             qps=qps,
             eps=eps,
-            error_utilization_penalty=self._error_penalty,
-            weight_expiration_period=self._weight_expiry,
+            error_utilization_penalty=self.answers.error_utilization_penalty,
+            weight_expiration_period=self.answers.weight_expiration_period,
         )
 
     def report_quota(
@@ -665,10 +660,10 @@ class Pool:
             control.set_share(share)
             return
         until = now + (QUOTA_REST if resets_in is None else resets_in)
-        if self._rests.get(state) == until:
+        if self.answers.rests.get(state) == until:
             return
-        resting = state in self._rests
-        self._rests[state] = until
+        resting = state in self.answers.rests
+        self.answers.rests[state] = until
         control.set_quota(UNLIMITED)  # the rest keeps it out; after the reset its provider says anew
         control.set_share(1.0)
         self._push(until, state, _RESTS)
@@ -681,9 +676,9 @@ class Pool:
 
     def _wake(self, state: EndpointState, at: float) -> None:
         """A spent quota reset at ``at``: ``state`` takes calls again (nothing if a later report moved its rest)."""
-        if self._rests.get(state) != at:
+        if self.answers.rests.get(state) != at:
             return
-        del self._rests[state]
+        del self.answers.rests[state]
         if state.live and state.readiness is _QUOTA:
             state.readiness = None
             self._sync(state)
@@ -702,13 +697,13 @@ class Pool:
 
     def resting_until(self, state: EndpointState) -> float | None:
         """When ``state``'s spent quota resets, while it rests on it; else None."""
-        return self._rests.get(state)
+        return self.answers.rests.get(state)
 
     def held(self, state: EndpointState, now: float) -> int:
         """Failed calls counted in ``state``'s load at ``now`` (the policy's ``failure_penalty``); a pure read."""
         if state not in self._view.held:
             return 0
-        return sum(1 for at, _, s in self._holds if s is state and at > now)
+        return sum(1 for at, _, s in self.answers.holds if s is state and at > now)
 
     def _record(
         self,
@@ -727,8 +722,8 @@ class Pool:
             if self.load.adaptive:  # a completed call; cancellations are never sampled
                 self._sample(state, latency, state.inflight + 1, fault)  # in flight when it completed
             if self._measure is not None:
-                if fault in _DROPS and latency < self._latency_floor:
-                    latency = self._latency_floor  # a failure costs at least the penalty
+                if fault in _DROPS and latency < self.answers.latency_floor:
+                    latency = self.answers.latency_floor  # a failure costs at least the penalty
                 self._measure(state, latency, now)
         if type(ticket) is PanicTicket:
             return  # counted on the endpoint; never moves the circuit (see PanicTicket)
@@ -882,7 +877,7 @@ class Pool:
             at, _, state, epoch = deadlines[0]
             if state is None or (state.live and state.circuit.epoch == epoch):
                 return at
-            if epoch == _RESTS and self._rests.get(state) == at:
+            if epoch == _RESTS and self.answers.rests.get(state) == at:
                 return at
             heapq.heappop(deadlines)
         self._reclock()
@@ -905,7 +900,7 @@ class Pool:
 
     def _reclock(self) -> None:
         """Say whether :meth:`select` needs a real ``now``: timed calls, a pending deadline or hold, or a ramp."""
-        self.clocked = self.timed or bool(self._deadlines) or bool(self._holds) or bool(self.load.ramping)
+        self.clocked = self.timed or bool(self._deadlines) or bool(self.answers.holds) or bool(self.load.ramping)
 
     def set_admin(self, endpoint_id: str, status: AdminStatus, now: float = 0.0) -> EndpointState:
         """Set an operator status; raises KeyError for an unknown id.
@@ -943,7 +938,7 @@ class Pool:
 
         A readiness check passing while its quota rests leaves it out as QUOTA until the reset.
         """
-        if reason is None and state in self._rests:
+        if reason is None and state in self.answers.rests:
             reason = _QUOTA
         if reason is not state.readiness:
             state.readiness = reason
