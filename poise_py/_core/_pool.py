@@ -121,7 +121,7 @@ class Pool:
         )
         """The policy's latency observer, if it measures latency."""
         penalty = float(getattr(policy, "failure_penalty", 0.0))
-        self.answers = Answers(
+        self.answers: Answers = Answers(
             latency_floor=penalty if measures else 0.0,
             hold=0.0 if measures else penalty,
             error_utilization_penalty=float(getattr(policy, "error_utilization_penalty", 1.0)),
