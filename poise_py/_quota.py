@@ -138,7 +138,10 @@ def quota_from_headers(headers: object, *, wall: float | None = None) -> Quota |
     (default ``time.time()``). Never raises: a header it cannot read is skipped.
     """
     try:
-        return _quota(_collect(headers), time.time() if wall is None else float(wall))
+        found = _collect(headers)
+        if not found:  # most answers: no rate-limit header, nothing to parse
+            return None
+        return _quota(found, time.time() if wall is None else float(wall))
     except Exception:  # noqa: BLE001 - the reader never raises: anything unreadable is no quota
         return None
 

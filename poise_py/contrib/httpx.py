@@ -437,10 +437,9 @@ class PoiseTransport(httpx.AsyncBaseTransport):
         report = load_report_from_headers(headers)  # ORCA: the backend's own load
         if report is not None:
             permit.report_load(report)
-        if any(b"ratelimit" in name.lower() for name, _ in headers.raw):  # reading them costs ~15 us
-            quota = quota_from_headers(headers)  # a provider's rate limit: what is left of it
-            if quota is not None:
-                permit.report_quota(quota)
+        quota = quota_from_headers(headers)  # a provider's rate limit: what is left of it
+        if quota is not None:
+            permit.report_quota(quota)
         return response
 
     def _fail(self, permit: Permit, exc: Exception) -> Fault:
