@@ -189,10 +189,10 @@ class BalancerListener:
         if self.telemetry is not None:
             self.telemetry.degraded(state, degraded, self.clock())
 
-    def left(self, state: EndpointState) -> None:
-        """Telemetry folds the departed endpoint's counters."""
+    def left(self, states: list[EndpointState]) -> None:
+        """Telemetry folds the departed endpoints' counters."""
         if self.telemetry is not None:
-            self.telemetry.left(state)
+            self.telemetry.left(states)
 
     def armed(self) -> None:
         """Wake the timer task so it waits for the new deadline."""

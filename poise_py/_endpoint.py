@@ -20,10 +20,14 @@ MAX_IN_FLIGHT_LIMIT = 1 << 20
 """The largest cap a balancer or an endpoint may set."""
 
 
+_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
+"""The metadata of every endpoint given none: one shared read-only mapping, not two objects each."""
+
+
 def _freeze_metadata(value: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError("Endpoint.metadata", f"must be a mapping (a dict), got {type(value).__name__}: {value!r:.80}")
-    return MappingProxyType(dict(value))
+    return MappingProxyType(dict(value)) if value else _NO_METADATA
 
 
 @attrs.frozen

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeAlias
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeAlias, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -93,6 +93,39 @@ def _ready_method(resource: object) -> Callable[[], object] | None:
     return ready if callable(ready) else None
 
 
+_T = TypeVar("_T")
+
+
+class LiveEndpoints(Mapping[str, Endpoint]):
+    """The pool's members as ``id -> endpoint``, read in place (a view: nothing to keep in step)."""
+
+    __slots__ = ("_members",)
+
+    def __init__(self, members: Mapping[str, EndpointState]) -> None:
+        self._members = members
+
+    def __getitem__(self, key: str) -> Endpoint:
+        return self._members[key].endpoint
+
+    @overload
+    def get(self, key: str, /) -> Endpoint | None: ...
+    @overload
+    def get(self, key: str, default: Endpoint | _T, /) -> Endpoint | _T: ...
+    def get(self, key: str, default: object = None, /) -> object:
+        """The live endpoint ``key``, or ``default`` (one lookup, no exception on a miss)."""
+        state = self._members.get(key)
+        return default if state is None else state.endpoint
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._members
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+
 class Membership:
     """The balancer's membership: applies updates transactionally, owns resources and readiness.
 
@@ -116,8 +149,8 @@ class Membership:
     ) -> None:
         self.pool = pool
         self.directory = Directory()
-        self._live: dict[str, Endpoint] = {i: s.endpoint for i, s in pool.members.items()}
-        """``id -> endpoint`` of the pool's members, kept in step in O(changes) for fast diffs."""
+        self._live = LiveEndpoints(pool.members)
+        """``id -> endpoint`` of the pool's members, read in place: what an update is planned against."""
         self._factory = factory
         self._close = close
         self._readiness = readiness or Readiness()
@@ -160,10 +193,10 @@ class Membership:
         resources = await self._build(changes.added) if self._factory is not None else None
         pool = self.pool
         added = changes.added
-        built: list[EndpointState] = []
+        built: dict[str, EndpointState] = {}
         for start in range(0, len(added), step := _directory.STEP):
             await anyio.lowlevel.checkpoint()
-            built += pool.build(added[start : start + step], clock())
+            built.update(pool.build(added[start : start + step], clock()))
         self._change(changes, resources, clock(), built)
         self.directory.commit(changes)
         return changes
@@ -212,22 +245,24 @@ class Membership:
         return EndpointFactoryError(endpoint.id, f"{kept}: {cause}")
 
     def _change(
-        self, changes: Changes, resources: list[object] | None, now: float, built: list[EndpointState] | None = None
+        self,
+        changes: Changes,
+        resources: list[object] | None,
+        now: float,
+        built: Mapping[str, EndpointState] | None = None,
     ) -> None:
         # Synchronous from here to the end: no permit sees a half-applied update.
         pool = self.pool
         members = pool.members
-        gone = [members[i] for i in changes.removed]
-        pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated, built=built)
-        live = self._live
-        for endpoint_id in changes.removed:
-            del live[endpoint_id]
-        for endpoint in (*changes.updated, *changes.added):
-            live[endpoint.id] = endpoint
+        gone = pool.apply(now, added=changes.added, removed=changes.removed, updated=changes.updated, built=built)
         if self._on_change is not None:
             self._on_change(now, [e.id for e in changes.added], changes.removed)
+        if self._checks or self._cooling or self._quarantined or self._exhausted is not None:
+            for state in gone:
+                self._forget(state)
         for state in gone:
-            self._retire(state)
+            if state.resource is not None:
+                self._retire(state)
         if changes.added:
             self._exhausted = None
         if resources is not None:
@@ -241,7 +276,8 @@ class Membership:
                         self._task_group.start_soon(self._check, state)
         self.notify()
 
-    def _retire(self, state: EndpointState) -> None:
+    def _forget(self, state: EndpointState) -> None:
+        """A removed member's readiness bookkeeping goes (only when any is kept: a large update skips it)."""
         scope = self._checks.pop(state, None)
         if scope is not None:
             scope.cancel()
@@ -249,11 +285,13 @@ class Membership:
         self._quarantined.pop(state, None)
         if self._exhausted is not None and self._exhausted[0] is state:
             self._exhausted = None
-        if state.resource is not None:
-            if state.inflight == 0:
-                self._dispose(state)
-            else:
-                self._retiring.add(state)
+
+    def _retire(self, state: EndpointState) -> None:
+        """A removed member's resource is released now, or after its last permit."""
+        if state.inflight == 0:
+            self._dispose(state)
+        else:
+            self._retiring.add(state)
 
     def idle(self, state: EndpointState) -> None:
         """A removed endpoint's last permit ended: release its resource now."""

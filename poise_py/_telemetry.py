@@ -26,7 +26,9 @@ folded, so a metrics reader may read from its own thread.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -85,6 +87,20 @@ _EVENT_LEVEL: dict[type[BalancerEvent], int] = {
 # by the active health runner (one line per classification change).
 
 
+def _column_sums(totals: list[int], rows: list[list[int]]) -> list[int]:
+    """``totals`` plus each column of ``rows`` (all as long as ``totals``): one flat list, sliced per column."""
+    width = len(totals)
+    flat = list(itertools.chain.from_iterable(rows))
+    return [total + sum(flat[i::width]) for i, total in enumerate(totals)]
+
+
+FOLD_STEP = 16_384
+"""Departed endpoints one step of a fold looks at (about 10 ms of work)."""
+
+FOLD_PAUSE = 0.001
+"""Seconds between two steps of a fold: the loop runs between them."""
+
+
 class _Totals:
     """Counters folded in from endpoints that have left."""
 
@@ -99,16 +115,17 @@ class _Totals:
         self.ejections = 0
         self.modes = [0] * len(MODE_INDEX)
 
-    def add(self, state: EndpointState) -> None:
-        self.successes += state.successes
-        for i, n in enumerate(state.faults):
-            self.faults[i] += n
-        self.cancellations += state.cancellations
-        self.probes += state.probes
-        self.stale += state.stale
-        self.ejections += state.circuit.ejections
-        for i, n in enumerate(state.mode_selections):
-            self.modes[i] += n
+    def add(self, states: list[EndpointState]) -> None:
+        """Fold ``states``' counters in, a counter at a time (a large departure costs a pass per counter)."""
+        if not states:
+            return
+        self.successes += sum([state.successes for state in states])
+        self.faults = _column_sums(self.faults, [state.faults for state in states])
+        self.cancellations += sum([state.cancellations for state in states])
+        self.probes += sum([state.probes for state in states])
+        self.stale += sum([state.stale for state in states])
+        self.ejections += sum([state.circuit.ejections for state in states])
+        self.modes = _column_sums(self.modes, [state.mode_selections for state in states])
 
     def copy(self) -> _Totals:
         other = _Totals()
@@ -221,6 +238,10 @@ class Telemetry:
         self._departed = _Totals()
         self._lingering: list[EndpointState] = []
         self._prune_at = 16
+        self._unexamined = 0
+        """Lingering endpoints the running fold has still to look at (0: no fold running)."""
+        self._fold_at = -math.inf
+        """When the fold's next step is due, while one runs."""
         self.failed_selections: int = 0
         self.events_dropped: int = 0
         self._dispatching = False
@@ -477,11 +498,17 @@ class Telemetry:
         return self.alert.episode_open
 
     def next_deadline(self) -> float | None:
-        """The alert's next look (a timer client's deadline), or None."""
-        return self.alert.next_deadline()
+        """The alert's next look or the next step of a fold (a timer client's deadline), or None."""
+        alert = self.alert.next_deadline()
+        if not self._unexamined:
+            return alert
+        return self._fold_at if alert is None else min(alert, self._fold_at)
 
     def handle_timer(self, now: float) -> None:
-        """Look at the open episode and emit what it decided."""
+        """Take a step of the fold if one is due; look at the open episode and emit what it decided."""
+        if self._unexamined and self._fold_at <= now:
+            self._fold_step()
+            self._fold_at = now + FOLD_PAUSE
         for event in self.alert.handle_timer(now, failures=self.failed_selections, view=self):
             self.emit(event)
 
@@ -501,24 +528,31 @@ class Telemetry:
 
     # -- counters ----------------------------------------------------------------------
 
-    def left(self, state: EndpointState) -> None:
-        """An endpoint left the pool (the pool listener's ``left``): fold the counters once the last permit ends."""
+    def left(self, states: list[EndpointState]) -> None:
+        """Endpoints left the pool (the pool listener's ``left``): fold their counters once their last permit ends."""
         lingering = self._lingering
-        lingering.append(state)
-        if len(lingering) >= self._prune_at:
-            self._prune()
-            # Set from what is still lingering *after* the prune (states with permits in
-            # flight), so the list stays within twice those, plus 16, under endless churn.
-            self._prune_at = max(16, 2 * len(self._lingering))
+        lingering.extend(states)
+        if len(lingering) >= self._prune_at and not self._unexamined:
+            # Folded by the balancer's timer in steps of its own, the loop running between
+            # them: a discovery update's commit (which may remove 200,000 endpoints) does
+            # not pay for the fold too.
+            self._unexamined = len(lingering)
+            self._fold_at = -math.inf
+            self.wake()
 
-    def _prune(self) -> None:
-        keep: list[EndpointState] = []
-        for state in self._lingering:
-            if state.inflight == 0:
-                self._departed.add(state)
-            else:
-                keep.append(state)
-        self._lingering = keep
+    def _fold_step(self) -> None:
+        """Fold the idle ones among the next :data:`FOLD_STEP` lingering endpoints; the busy go to the back."""
+        lingering = self._lingering
+        n = min(self._unexamined, FOLD_STEP)
+        step = lingering[:n]
+        del lingering[:n]
+        self._departed.add([state for state in step if state.inflight == 0])
+        lingering.extend([state for state in step if state.inflight != 0])
+        self._unexamined -= n
+        if not self._unexamined:
+            # Set from what is still lingering after the fold (states with permits in
+            # flight), so the list stays within twice those, plus 16, under endless churn.
+            self._prune_at = max(16, 2 * len(lingering))
 
     def _successes_total(self) -> int:
         total = self._departed.successes
@@ -545,15 +579,12 @@ class Telemetry:
         """
         pool = self._pool
         totals = self._departed.copy()
-        inflight = 0
-        endpoints = {}
-        for state in list(pool.members.values()):
-            totals.add(state)
-            inflight += state.inflight
-            endpoints[state.endpoint.id] = endpoint_counters(state, pool.signal(state))
-        for state in list(self._lingering):
-            totals.add(state)
-            inflight += state.inflight
+        members = list(pool.members.values())
+        lingering = list(self._lingering)
+        totals.add(members)
+        totals.add(lingering)
+        inflight = sum([state.inflight for state in members]) + sum([state.inflight for state in lingering])
+        endpoints = {state.endpoint.id: endpoint_counters(state, pool.signal(state)) for state in members}
         issued = totals.successes + sum(totals.faults) + totals.cancellations + inflight
         rerouted = sum(totals.modes)
         modes = {m: _sat(totals.modes[i]) for m, i in MODE_INDEX.items()}

@@ -33,8 +33,8 @@ class PoolListener(Protocol):
     def degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
         """An endpoint became degraded (``max_ejection_percent`` refused its trip) or stopped."""
 
-    def left(self, state: EndpointState) -> None:
-        """An endpoint left the pool (telemetry folds its counters)."""
+    def left(self, states: list[EndpointState]) -> None:
+        """Endpoints left the pool, together (telemetry folds their counters)."""
 
     def armed(self) -> None:
         """A timer deadline appeared that no transition announced (the first outlier evaluation)."""
@@ -67,8 +67,8 @@ class NullListener:
     def degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
         """Ignore a degradation change."""
 
-    def left(self, state: EndpointState) -> None:
-        """Ignore a departure."""
+    def left(self, states: list[EndpointState]) -> None:
+        """Ignore departures."""
 
     def armed(self) -> None:
         """Ignore a new deadline."""

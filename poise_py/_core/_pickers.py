@@ -5,7 +5,8 @@ A public policy (:mod:`poise_py._core._selection`) is a frozen configuration; it
 scope per tier, per zone side, and per panic set), with the balancer's seeded rng
 injected so every pick is reproducible. Pickers that need a structure over the candidates
 keep it in step with the candidate list through optional hooks the scope calls after each
-change (``added``, ``removed``, ``joined``, ``left``, ``attach``: see ``_selection.py``),
+change, each with a list of endpoints (``added``, ``removed``, ``joined``, ``left``, and
+``attach``: see ``_selection.py``),
 so a pick never scans.
 
 Configuration and running state are separate modules so that the optional compiled build
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Hashable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Protocol, TypeAlias
@@ -108,11 +110,15 @@ class WeightedRandomPicker:
         self._unit = unit
         self.buckets = WeightBuckets()
 
-    def added(self, state: EndpointState, pos: int) -> None:
-        self.buckets.add(state, state.endpoint.weight)
+    def added(self, states: list[EndpointState]) -> None:
+        buckets = self.buckets
+        for state in states:
+            buckets.add(state, state.endpoint.weight)
 
-    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
-        self.buckets.remove(state, state.endpoint.weight)
+    def removed(self, states: list[EndpointState]) -> None:
+        buckets = self.buckets
+        for state in states:
+            buckets.remove(state, state.endpoint.weight)
 
     def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         return self.buckets.draw(self._unit)
@@ -124,11 +130,15 @@ class WeightedRoundRobinPicker:
     def __init__(self) -> None:
         self.schedule = WeightClasses()
 
-    def added(self, state: EndpointState, pos: int) -> None:
-        self.schedule.add(state, state.endpoint.weight)
+    def added(self, states: list[EndpointState]) -> None:
+        schedule = self.schedule
+        for state in states:
+            schedule.add(state, state.endpoint.weight)
 
-    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
-        self.schedule.remove(state, state.endpoint.weight)
+    def removed(self, states: list[EndpointState]) -> None:
+        schedule = self.schedule
+        for state in states:
+            schedule.remove(state, state.endpoint.weight)
 
     def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         return self.schedule.next()
@@ -173,37 +183,39 @@ class P2CPicker:
     # endpoint's health flapping never switches it; a switch (a discovery change of
     # weights) builds or drops the schedule in O(n), once.
 
-    def joined(self, state: EndpointState) -> None:
+    def joined(self, states: list[EndpointState]) -> None:
         weights = self._weights
-        w = state.endpoint.weight
-        weights[w] = weights.get(w, 0) + 1
-        if len(weights) == 2 and self.schedule is None:
+        for w, n in Counter([state.endpoint.weight for state in states]).items():
+            weights[w] = weights.get(w, 0) + n
+        if len(weights) >= 2 and self.schedule is None:
             schedule = self.schedule = PackedSchedule()
             for candidate in self._candidates:
                 schedule.add(candidate, self._stride(candidate))
             self.pick = self._least_request
 
-    def left(self, state: EndpointState) -> None:
+    def left(self, states: list[EndpointState]) -> None:
         weights = self._weights
-        w = state.endpoint.weight
-        left = weights[w] - 1
-        if left:
-            weights[w] = left
-        else:
-            del weights[w]
+        for w, n in Counter([state.endpoint.weight for state in states]).items():
+            left = weights[w] - n
+            if left:
+                weights[w] = left
+            else:
+                del weights[w]
         if len(weights) < 2 and self.schedule is not None:
             self.schedule = None
             self.pick = self._least_loaded
 
-    def added(self, state: EndpointState, pos: int) -> None:
+    def added(self, states: list[EndpointState]) -> None:
         schedule = self.schedule
         if schedule is not None:
-            schedule.add(state, self._stride(state))
+            for state in states:
+                schedule.add(state, self._stride(state))
 
-    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
+    def removed(self, states: list[EndpointState]) -> None:
         schedule = self.schedule
         if schedule is not None:
-            schedule.remove(state)
+            for state in states:
+                schedule.remove(state)
 
     def _least_loaded(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         n = len(candidates)
@@ -333,14 +345,17 @@ class LoadWeightedPicker:
         self._turns[state] = self._seq
         heapq.heappush(self._heap, (at, self._seq, state))
 
-    def added(self, state: EndpointState, pos: int) -> None:
-        heap = self._heap
-        head = heap[0][0] if heap else 0.0
-        weight = self._weights.get(state, self._mean)
-        self._push(head + self._unit() / weight, state)
+    def added(self, states: list[EndpointState]) -> None:
+        for state in states:
+            heap = self._heap
+            head = heap[0][0] if heap else 0.0
+            weight = self._weights.get(state, self._mean)
+            self._push(head + self._unit() / weight, state)
 
-    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
-        self._turns.pop(state, None)
+    def removed(self, states: list[EndpointState]) -> None:
+        turns = self._turns
+        for state in states:
+            turns.pop(state, None)
 
     def weights(self, now: float) -> dict[EndpointState, float]:
         """The candidates' scheduler weights at ``now`` (what a rebuild would use); a pure read."""
@@ -414,17 +429,21 @@ class HashPicker:
         self._degraded = scope.degraded
         self._scope = scope if scope.totals else None
 
-    def joined(self, state: EndpointState) -> None:
-        self.table.add(state)
+    def joined(self, states: list[EndpointState]) -> None:
+        table = self.table
+        for state in states:
+            table.add(state)
 
-    def left(self, state: EndpointState) -> None:
-        self.table.discard(state)
+    def left(self, states: list[EndpointState]) -> None:
+        table = self.table
+        for state in states:
+            table.discard(state)
 
-    def added(self, state: EndpointState, pos: int) -> None:
-        self._weight += state.endpoint.weight
+    def added(self, states: list[EndpointState]) -> None:
+        self._weight += sum([state.endpoint.weight for state in states])
 
-    def removed(self, state: EndpointState, pos: int, moved: EndpointState | None) -> None:
-        self._weight -= state.endpoint.weight
+    def removed(self, states: list[EndpointState]) -> None:
+        self._weight -= sum([state.endpoint.weight for state in states])
 
     def is_candidate(self, state: EndpointState) -> bool:
         """Whether a table member may take the call now (members of this scope only)."""

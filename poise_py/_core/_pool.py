@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import heapq
 import random
-from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import TypeAlias
 
 from .._decision import Decision, DecisionMode
@@ -39,7 +39,7 @@ from ._listener import NullListener, PoolListener
 from ._load_signals import Answers, LoadSignal
 from ._outlier import OutlierSampler
 from ._pickers import PickFn, PoolView
-from ._record import FAULT_INDEX, MODE_INDEX, EndpointState, count_selection, gate, no_eligible, refusal, sat_add
+from ._record import EndpointState, count_fault, count_selection, gate, no_eligible, refusal, sat_add
 from ._routing import TRAFFIC_UNITS, Panic, Router, Routing, Scope, decision, pick_in
 from ._selection import Policy
 
@@ -190,37 +190,34 @@ class Pool:
         added: Iterable[Endpoint] = (),
         removed: Iterable[str] = (),
         updated: Iterable[Endpoint] = (),
-        built: Sequence[EndpointState] | None = None,
-    ) -> None:
-        """Apply a validated membership change in O(changes).
+        built: Mapping[str, EndpointState] | None = None,
+    ) -> list[EndpointState]:
+        """Apply a validated membership change in O(changes); returns the records that left.
 
         ``removed`` ids leave (their in-flight permits finish and their results are
         ignored); ``updated`` endpoints keep their state with new attributes; ``added``
         start fresh. The caller (the directory) has already checked the change is coherent.
-        ``built``: the records :meth:`build` made for ``added``, in order (None: built here).
+        ``built``: the records :meth:`build` made for ``added``, by id in their order (None:
+        built here).
+        Many endpoints joining or leaving at once cost a pass per routing structure, not a
+        call each (:meth:`_attach_fresh`, :meth:`_detach_all`).
         """
-        removed = list(removed)
         updated = list(updated)
         added = list(added)
         assert built is None or len(built) == len(added)  # noqa: S101 - one record per added endpoint
-        self._weight_total = self.check_weights(added, removed, updated)
         members = self.members
-        if not self.load.controlled and any(MAX_IN_FLIGHT in e.metadata for e in (*added, *updated)):
+        gone = self._leaving(removed)
+        self._weight_total = self._weight_after(added, gone, updated)
+        capped = [MAX_IN_FLIGHT in e.metadata for e in (*added, *updated)]  # a list: faster than a generator
+        if not self.load.controlled and any(capped):
             self._take_control()
-        for endpoint_id in removed:
-            state = members.pop(endpoint_id)
-            self.load.ramping.pop(state, None)
-            self.load.controls.pop(state, None)
-            self.load.overloaded.pop(state, None)
-            self.load.recallable.pop(state, None)
-            self.load.recalls.pop(state, None)
-            self._view.held.pop(state, None)
-            self._view.signals.pop(state, None)
-            self.answers.rests.pop(state, None)
-            self._detach(state)
-            state.live = False
-            self.guard.leave(state)
-            self.listener.left(state)
+        if gone:
+            if len(gone) == len(members):
+                members.clear()
+            else:
+                for state in gone:
+                    del members[state.endpoint.id]
+            self._leave(gone)
         slow_start = self.load.slow_start is not None and bool(members)
         for endpoint in updated:
             state = members[endpoint.id]
@@ -238,15 +235,15 @@ class Pool:
             # or a retirement was about the old one, so the circuit starts afresh.
             if state.circuit.parked:
                 self._moved(state, state.circuit.reset(now))
-        for state in self.build(added, now) if built is None else built:
-            endpoint = state.endpoint
-            state.circuit.closed_at = now  # built a little earlier: it joins now
+        fresh = self.build(added, now) if built is None else built
+        if fresh:
+            self._join_fresh(fresh)
             if self.load.controlled:
-                self.load.controls[state] = self._new_control(endpoint)
-                if slow_start:  # the first members start together: nothing to ramp against
-                    self._ramp(state, now)
-            members[endpoint.id] = state
-            self._attach(state)
+                controls = self.load.controls
+                for state in fresh.values():
+                    controls[state] = self._new_control(state.endpoint)
+                    if slow_start:  # the first members start together: nothing to ramp against
+                        self._ramp(state, now)
         self.guard.resize(len(members))
         self._replan()
         self._promote(now)
@@ -254,6 +251,7 @@ class Pool:
             self._outlier_armed = True
             self._schedule_outliers(now)
             self.listener.armed()
+        return gone
 
     def _take_control(self) -> None:
         """The first endpoint with its own ``max_in_flight`` arrived: every member gets a LoadControl."""
@@ -266,12 +264,13 @@ class Pool:
         adaptive = self.load.policy.adaptive
         return LoadControl(self._cap(endpoint), None if adaptive is None else adaptive.limiter())
 
-    def build(self, endpoints: Iterable[Endpoint], now: float) -> list[EndpointState]:
-        """Fresh records for ``endpoints``, not yet members: :meth:`apply` takes them as ``built``.
+    def build(self, endpoints: Iterable[Endpoint], now: float) -> dict[str, EndpointState]:
+        """Fresh records for ``endpoints`` by id, not yet members: :meth:`apply` takes them as ``built``.
 
         Constructing the records is most of what adding an endpoint costs, and touches
         nothing live, so a shell builds a large update's records a chunk at a time (the
-        event loop runs between chunks) and commits them in one :meth:`apply`.
+        event loop runs between chunks) and commits them in one :meth:`apply`, which
+        merges this table into its members in one step.
         """
         policy = self.circuit_policy
         unit = self._unit
@@ -281,7 +280,7 @@ class Pool:
             # latency: the exit reads the clock for each, and succeed() feeds it.
             for state in states:
                 state.circuit.clock_every_success()
-        return states
+        return {state.endpoint.id: state for state in states}
 
     def check_weights(self, added: Iterable[Endpoint], removed: Iterable[str], updated: Iterable[Endpoint]) -> int:
         """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
@@ -289,11 +288,25 @@ class Pool:
         Changes nothing: discovery calls it when it plans an update, before building
         anything for it, and :meth:`apply` calls it again before applying.
         """
+        return self._weight_after(added, self._leaving(removed), updated)
+
+    def _leaving(self, removed: Iterable[str]) -> list[EndpointState]:
+        """The members ``removed`` names (distinct live ids, as a validated change has them)."""
+        members = self.members
+        removed = removed if isinstance(removed, Collection) else list(removed)
+        if len(removed) == len(members):  # every member leaves (a full replacement): no lookups
+            return list(members.values())
+        return [members[i] for i in removed]
+
+    def _weight_after(self, added: Iterable[Endpoint], gone: list[EndpointState], updated: Iterable[Endpoint]) -> int:
         members = self.members
         total = self._weight_total
-        total -= sum(members[i].endpoint.weight for i in removed)
-        total += sum(e.weight - members[e.id].endpoint.weight for e in updated)
-        total += sum(e.weight for e in added)
+        if len(gone) == len(members):
+            total = 0  # everyone leaves: what is left of the total is nothing
+        else:
+            total -= sum([state.endpoint.weight for state in gone])
+        total += sum([e.weight - members[e.id].endpoint.weight for e in updated])
+        total += sum([e.weight for e in added])
         bound = self.routing.max_total_weight
         if total > bound:
             raise WeightOverflow(total, bound)
@@ -450,8 +463,7 @@ class Pool:
             state, choice = found
         if state is not first:
             if first_mode is not _HEALTHY:  # the routed path counted the pick it passed over
-                i = MODE_INDEX[first_mode]
-                first.mode_selections[i] = max(0, first.mode_selections[i] - 1)
+                count_selection(first, first_mode, -1)
             if limited:
                 choice = decision(_LIMITED, choice.tier)
             count_selection(state, choice.mode)
@@ -586,8 +598,7 @@ class Pool:
         if fault is None:
             state.count_success()
         else:
-            i = FAULT_INDEX[fault]
-            state.faults[i] = sat_add(state.faults[i])
+            count_fault(state, fault)
             hold = self.answers.hold
             if hold and fault in _DROPS and state.live and latency is not None and latency < hold:
                 self._hold_failure(state, now - latency + hold)
@@ -1104,6 +1115,112 @@ class Pool:
                 else:
                     panic.remove(state)
 
+    def _leave(self, gone: list[EndpointState]) -> None:
+        """``gone`` (no longer in :attr:`members`) leave every structure of the pool: O(changes + scopes touched)."""
+        load = self.load
+        view = self._view
+        for table in (
+            load.ramping,
+            load.controls,
+            load.overloaded,
+            load.recallable,
+            load.recalls,
+            view.held,
+            view.signals,
+            self.answers.rests,
+        ):
+            if table:  # most are empty: a large update pays for the ones in use only
+                for state in gone:
+                    table.pop(state, None)
+        self._detach_all(gone)
+        guard = self.guard
+        for state in gone:
+            state.live = False
+            if state.was_ejected or state.was_degraded:
+                guard.leave(state)
+        self.listener.left(gone)
+
+    def _join_fresh(self, fresh: Mapping[str, EndpointState]) -> None:
+        """Records :meth:`build` made (by id), untouched since, become members, in one pass per scope.
+
+        Such a record is CLOSED, not degraded, under AUTO and with nothing pending, so
+        :meth:`_attach` would make it counted, a candidate of its home and of its tier's
+        panic scope, and tell the guard nothing: this does exactly that, a list at a time.
+        """
+        # (``now`` is not written to the circuits: their close time is read only to decay an
+        # escalation level, and a fresh circuit has none.)
+        self.members.update(fresh)
+        states = list(fresh.values())
+        router = self.router
+        groups: dict[Scope, list[EndpointState]] = {}
+        tiers = {state.endpoint.tier for state in states}
+        if len(tiers) == 1 and (tier := router.tier(tiers.pop())).remote is None:
+            groups[tier.local] = states  # one tier, no zones: one home (the common case, a set built in C)
+        else:
+            homes: dict[tuple[int, str | None], Scope] = {}
+            for state in states:
+                endpoint = state.endpoint
+                where = (endpoint.tier, endpoint.zone)
+                home = homes.get(where)
+                if home is None:
+                    home = homes[where] = router.home(endpoint)
+                group = groups.get(home)
+                if group is None:
+                    group = groups[home] = []
+                group.append(state)
+        for home, group in groups.items():
+            loads = home.loads
+            for state in group:
+                state.home = home
+                state.loads = loads
+                state.counted = True
+            home.join_all(group)
+            home.capacity += len(group)
+            home.add_all(group)
+            panic = home.tier.panic
+            if panic is not None:
+                panic.join_all(group)
+                panic.add_all(group)
+
+    def _detach_all(self, states: list[EndpointState]) -> None:
+        """Take ``states`` out of every routing structure, a list per scope (no replan)."""
+        groups: dict[Scope, list[EndpointState]] = {}
+        homes = {state.home for state in states}
+        if len(homes) == 1 and (only := homes.pop()) is not None:
+            groups[only] = states  # one home (the common case, a set built in C)
+        else:
+            for state in states:
+                home = state.home
+                assert home is not None  # noqa: S101 - every live state has a home
+                group = groups.get(home)
+                if group is None:
+                    group = groups[home] = []
+                group.append(state)
+        for home, group in groups.items():
+            tier = home.tier
+            listed: list[EndpointState] = []
+            panicked: list[EndpointState] = []
+            counted = 0
+            for state in group:  # one pass over the records: each is visited once
+                if state.listed:
+                    listed.append(state)
+                if state.dpos >= 0:
+                    tier.degraded.remove(state)
+                if state.counted:
+                    state.counted = False
+                    counted += 1
+                if state.ppos >= 0:
+                    panicked.append(state)
+            home.remove_all(listed)
+            home.capacity -= counted
+            home.leave_all(group)
+            panic = tier.panic
+            if panic is not None:
+                panic.remove_all(panicked)
+                panic.leave_all(group)
+        for tier in dict.fromkeys(home.tier for home in groups):
+            self.router.prune(tier)
+
     def _attach(self, state: EndpointState) -> None:
         """Home a live state in the scope its endpoint belongs to (no replan)."""
         home = self.router.home(state.endpoint)
@@ -1117,23 +1234,7 @@ class Pool:
 
     def _detach(self, state: EndpointState) -> None:
         """Take a state out of every routing structure (no replan)."""
-        home = state.home
-        assert home is not None  # noqa: S101 - every live state has a home
-        if state.listed:
-            home.remove(state)
-        if state.dpos >= 0:
-            home.tier.degraded.remove(state)
-        if state.counted:
-            state.counted = False
-            home.capacity -= 1
-        home.leave(state)
-        tier = home.tier
-        panic = tier.panic
-        if panic is not None:
-            if state.ppos >= 0:
-                panic.remove(state)
-            panic.leave(state)
-        self.router.prune(tier)
+        self._detach_all([state])
 
     def _replan(self) -> None:
         router = self.router

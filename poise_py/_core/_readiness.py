@@ -66,6 +66,10 @@ class Quarantine(Generic[K]):
     def __contains__(self, key: object) -> bool:
         return key in self._due
 
+    def __bool__(self) -> bool:
+        """Whether any endpoint is cooling down or has failed checks in a row (anything to forget)."""
+        return bool(self._due or self._streaks)
+
     def next_deadline(self) -> float | None:
         """When :meth:`due` next has an endpoint to hand out, or None."""
         heap = self._heap

@@ -32,6 +32,13 @@ FAULT_INDEX: dict[Fault, int] = {f: i for i, f in enumerate(Fault)}
 
 MODE_INDEX: dict[DecisionMode, int] = {m: i for i, m in enumerate(DecisionMode)}
 
+UNCOUNTED_FAULTS: list[int] = [0] * len(FAULT_INDEX)
+"""Every record's ``faults`` until its first fault, and ``mode_selections`` below until its
+first rerouted selection: shared lists of zeros, never written (:func:`count_fault` and
+:func:`count_selection` give a record its own list first). Most records never need their
+own, and a record that allocates none costs the garbage collector two objects fewer."""
+UNCOUNTED_SELECTIONS: list[int] = [0] * len(MODE_INDEX)
+
 
 def sat_add(value: int, n: int = 1) -> int:
     """Add ``n`` to a counter, saturating at ``2**64 - 1``."""
@@ -90,15 +97,29 @@ def no_eligible(
     return NoEligibleEndpoints(reasons, len(members), retry_after=retry_after)
 
 
-def count_selection(state: EndpointState, mode: DecisionMode) -> None:
-    """Count one selection of ``state`` made in ``mode`` (a no-op for HEALTHY, which is derived).
+def count_selection(state: EndpointState, mode: DecisionMode, n: int = 1) -> None:
+    """Count ``n`` selections of ``state`` made in ``mode`` (a no-op for HEALTHY, which is derived).
 
     Routing calls this on its SPILLOVER and PANIC paths only, so telemetry costs the
-    healthy hot path nothing.
+    healthy hot path nothing; ``n=-1`` takes back one it counted (never below zero).
     """
     if mode is not DecisionMode.HEALTHY:
+        counts = state.mode_selections
+        if counts is UNCOUNTED_SELECTIONS:
+            if n < 0:
+                return
+            counts = state.mode_selections = [0] * len(MODE_INDEX)
         i = MODE_INDEX[mode]
-        state.mode_selections[i] = sat_add(state.mode_selections[i])
+        counts[i] = max(0, sat_add(counts[i], n))
+
+
+def count_fault(state: EndpointState, fault: Fault) -> None:
+    """Count one ``fault`` of ``state``."""
+    faults = state.faults
+    if faults is UNCOUNTED_FAULTS:
+        faults = state.faults = [0] * len(FAULT_INDEX)
+    i = FAULT_INDEX[fault]
+    faults[i] = sat_add(faults[i])
 
 
 class EndpointState(Tally):
@@ -182,11 +203,11 @@ class EndpointState(Tally):
         """Whether the pool counts it as degraded (its circuit's flag, as last synced)."""
         self.counted = False
         """Whether it counts in its scope's capacity (an operator has not taken it out)."""
-        self.faults = [0] * len(FAULT_INDEX)
+        self.faults = UNCOUNTED_FAULTS
         self.cancellations = 0
         self.probes = 0
         self.stale = 0
-        self.mode_selections = [0] * len(MODE_INDEX)
+        self.mode_selections = UNCOUNTED_SELECTIONS
         """Selections made in SPILLOVER, PANIC and DEGRADED mode (the HEALTHY slot stays 0): the
         routing path counts them with :func:`count_selection`; HEALTHY selections are
         derived (issued minus these), so the healthy fast path counts nothing extra."""

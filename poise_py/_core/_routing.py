@@ -156,6 +156,13 @@ _PANIC = DecisionMode.PANIC
 _DEGRADED = DecisionMode.DEGRADED
 
 
+Hook: TypeAlias = "Callable[[list[EndpointState]], None]"
+"""A picker's hook (``added``, ``removed``, ``joined``, ``left``): the endpoints concerned."""
+
+BULK_SHARE = 8
+"""A removal of at least one in this many of a scope's candidates is done in one pass."""
+
+
 class Scope:
     """Candidates of one part of one tier, with a picker over them.
 
@@ -224,12 +231,12 @@ class Scope:
         attach: Callable[[Scope], None] | None = getattr(picker, "attach", None)
         if attach is not None:
             attach(self)
-        self._added: Callable[[EndpointState, int], None] | None = getattr(picker, "added", None)
-        self._removed: Callable[[EndpointState, int, EndpointState | None], None] | None = getattr(
-            picker, "removed", None
-        )
-        self._joined: Callable[[EndpointState], None] | None = getattr(picker, "joined", None)
-        self._left: Callable[[EndpointState], None] | None = getattr(picker, "left", None)
+        # The picker's optional hooks, each told of a list of endpoints (one, or a large
+        # update's worth) after the scope has changed.
+        self._added: Hook | None = getattr(picker, "added", None)
+        self._removed: Hook | None = getattr(picker, "removed", None)
+        self._joined: Hook | None = getattr(picker, "joined", None)
+        self._left: Hook | None = getattr(picker, "left", None)
 
     def __repr__(self) -> str:
         side = "local" if self.local else "remote"
@@ -237,7 +244,7 @@ class Scope:
 
     def add(self, state: EndpointState) -> None:
         """Make ``state`` a candidate (it must not be one)."""
-        pos = state.pos = len(self.candidates)
+        state.pos = len(self.candidates)
         state.listed = True
         self.candidates.append(state)
         load = state.inflight
@@ -245,7 +252,7 @@ class Scope:
         if self.totals:
             self.load_total += load
         if self._added is not None:
-            self._added(state, pos)
+            self._added([state])
 
     def remove(self, state: EndpointState) -> None:
         """Stop ``state`` being a candidate (it must be one): swap with the last, O(1)."""
@@ -256,28 +263,81 @@ class Scope:
             self.load_total -= loads[pos]
         last = candidates.pop()
         last_load = loads.pop()
-        moved = None
         if last is not state:
             candidates[pos] = last
             loads[pos] = last_load
             last.pos = pos
-            moved = last
         state.pos = -1
         state.listed = False
         if self._removed is not None:
-            self._removed(state, pos, moved)
+            self._removed([state])
+
+    def add_all(self, states: list[EndpointState]) -> None:
+        """:meth:`add` each of ``states`` (none a candidate), in one pass: O(len(states))."""
+        candidates = self.candidates
+        pos = len(candidates)
+        for state in states:
+            state.pos = pos
+            state.listed = True
+            pos += 1
+        candidates.extend(states)
+        loads = [state.inflight for state in states]
+        self.loads.extend(loads)
+        if self.totals:
+            self.load_total += sum(loads)
+        if self._added is not None:
+            self._added(states)
+
+    def remove_all(self, states: list[EndpointState]) -> None:
+        """:meth:`remove` each of ``states`` (each a candidate).
+
+        A few at a time (O(1) each); from :data:`BULK_SHARE` of the candidates on, in one
+        pass that keeps the survivors in their order: O(candidates), one loop in C for
+        the lists and one in Python for the survivors' positions, instead of a call per
+        removal (a large discovery update's commit).
+        """
+        candidates = self.candidates
+        if len(states) * BULK_SHARE < len(candidates):
+            for state in states:
+                self.remove(state)
+            return
+        loads = self.loads
+        if self.totals:
+            self.load_total -= sum([loads[state.pos] for state in states])
+        for state in states:
+            state.listed = False
+            state.pos = -1
+        kept = [state for state in candidates if state.listed]
+        loads[:] = [loads[state.pos] for state in kept]
+        candidates[:] = kept  # in place: the pool's hot path and the picker hold these lists
+        for pos, state in enumerate(kept):
+            state.pos = pos
+        if self._removed is not None:
+            self._removed(states)
 
     def join(self, state: EndpointState) -> None:
         """``state`` is now homed here."""
         self.members += 1
         if self._joined is not None:
-            self._joined(state)
+            self._joined([state])
+
+    def join_all(self, states: list[EndpointState]) -> None:
+        """:meth:`join` each of ``states``."""
+        self.members += len(states)
+        if self._joined is not None:
+            self._joined(states)
 
     def leave(self, state: EndpointState) -> None:
         """``state`` is no longer homed here."""
         self.members -= 1
         if self._left is not None:
-            self._left(state)
+            self._left([state])
+
+    def leave_all(self, states: list[EndpointState]) -> None:
+        """:meth:`leave` each of ``states``."""
+        self.members -= len(states)
+        if self._left is not None:
+            self._left(states)
 
 
 class PanicScope(Scope):
@@ -293,24 +353,49 @@ class PanicScope(Scope):
 
     def add(self, state: EndpointState) -> None:
         """Make ``state`` a panic candidate."""
-        pos = state.ppos = len(self.candidates)
+        state.ppos = len(self.candidates)
         self.candidates.append(state)
         if self._added is not None:
-            self._added(state, pos)
+            self._added([state])
 
     def remove(self, state: EndpointState) -> None:
         """Stop ``state`` being a panic candidate."""
         pos = state.ppos
         candidates = self.candidates
         last = candidates.pop()
-        moved = None
         if last is not state:
             candidates[pos] = last
             last.ppos = pos
-            moved = last
         state.ppos = -1
         if self._removed is not None:
-            self._removed(state, pos, moved)
+            self._removed([state])
+
+    def add_all(self, states: list[EndpointState]) -> None:
+        """:meth:`add` each of ``states`` (none a panic candidate), in one pass."""
+        candidates = self.candidates
+        pos = len(candidates)
+        for state in states:
+            state.ppos = pos
+            pos += 1
+        candidates.extend(states)
+        if self._added is not None:
+            self._added(states)
+
+    def remove_all(self, states: list[EndpointState]) -> None:
+        """:meth:`remove` each of ``states`` (panic candidates); in one pass when many (:meth:`Scope.remove_all`)."""
+        candidates = self.candidates
+        if len(states) * BULK_SHARE < len(candidates):
+            for state in states:
+                self.remove(state)
+            return
+        for state in states:
+            state.ppos = -1
+        kept = [state for state in candidates if state.ppos >= 0]
+        candidates[:] = kept
+        for pos, state in enumerate(kept):
+            state.ppos = pos
+        if self._removed is not None:
+            self._removed(states)
 
 
 class DegradedScope(Scope):
@@ -334,24 +419,32 @@ class DegradedScope(Scope):
         """Make ``state`` a degraded candidate (and member)."""
         self.join(state)
         self.capacity += 1
-        pos = state.dpos = len(self.candidates)
+        state.dpos = len(self.candidates)
         self.candidates.append(state)
         if self._added is not None:
-            self._added(state, pos)
+            self._added([state])
+
+    def add_all(self, states: list[EndpointState]) -> None:
+        """:meth:`add` each of ``states`` (degraded endpoints are few: one at a time)."""
+        for state in states:
+            self.add(state)
+
+    def remove_all(self, states: list[EndpointState]) -> None:
+        """:meth:`remove` each of ``states``."""
+        for state in states:
+            self.remove(state)
 
     def remove(self, state: EndpointState) -> None:
         """Stop ``state`` being a degraded candidate (and member)."""
         pos = state.dpos
         candidates = self.candidates
         last = candidates.pop()
-        moved = None
         if last is not state:
             candidates[pos] = last
             last.dpos = pos
-            moved = last
         state.dpos = -1
         if self._removed is not None:
-            self._removed(state, pos, moved)
+            self._removed([state])
         self.capacity -= 1
         self.leave(state)
 

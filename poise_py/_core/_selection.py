@@ -7,13 +7,15 @@ panic set), with the balancer's seeded rng injected so every pick is reproducibl
 Every pick is O(1), O(log k) in the number of distinct weights, or (weighted least
 request only) O(log n). Policies that need a structure over the candidates keep
 it in step with the candidate list through optional hooks, called by the scope after
-each change, so a pick never scans:
+each change, so a pick never scans. Each hook is told of a list of endpoints: one, or a
+large discovery update's worth at once (the scope changes in one pass, then tells the
+picker once):
 
-* ``added(state, pos)``: ``state`` was appended at ``pos``;
-* ``removed(state, pos, moved)``: ``state`` left ``pos``; ``moved`` (the former last
-  entry, or None if ``state`` was last) now sits at ``pos``;
-* ``joined(state)`` / ``left(state)``: the scope's *membership* (every live endpoint homed
-  there, eligible or not) changed; only consistent hashing builds on it;
+* ``added(states)``: ``states`` became candidates;
+* ``removed(states)``: ``states`` stopped being candidates;
+* ``joined(states)`` / ``left(states)``: the scope's *membership* (every live endpoint
+  homed there, eligible or not) changed (consistent hashing builds its table on it, and
+  least request its weighted mode);
 * ``attach(scope)``: called once with the scope the picker serves (its ``view``, the
   pool's latest clock reading, and whether it is a panic or a degraded scope).
 

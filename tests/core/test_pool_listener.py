@@ -26,8 +26,8 @@ class Recorder(NullListener):
     def degraded(self, state: EndpointState, degraded: bool) -> None:
         self.heard.append(("degraded", state.endpoint.id, degraded))
 
-    def left(self, state: EndpointState) -> None:
-        self.heard.append(("left", state.endpoint.id))
+    def left(self, states: list[EndpointState]) -> None:
+        self.heard.extend(("left", state.endpoint.id) for state in states)
 
     def armed(self) -> None:
         self.heard.append(("armed",))

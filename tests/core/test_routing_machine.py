@@ -136,6 +136,18 @@ class RoutingMachine(RuleBasedStateMachine):
             self.gone.append(self.p.members[i])
             self.p.apply(self.now, removed=[i])
 
+    @rule(
+        leaving=st.sets(st.sampled_from(IDS), max_size=8),
+        joining=st.lists(endpoints, max_size=8, unique_by=lambda e: e.id),
+    )
+    def change_many(self, leaving: set[str], joining: list[poise.Endpoint]) -> None:
+        """One change that removes and adds several endpoints, whatever their states (a discovery
+        snapshot): the pool takes them out and in a list per scope, with the same result."""
+        removed = [i for i in IDS if i in leaving and i in self.p.members]  # in a fixed order
+        added = [e for e in joining if e.id not in self.p.members or e.id in leaving]
+        self.gone.extend(self.p.members[i] for i in removed)
+        self.p.apply(self.now, removed=removed, added=added)
+
     @rule(endpoint=endpoints)
     def update(self, endpoint: poise.Endpoint) -> None:
         if endpoint.id in self.p.members:

@@ -7,7 +7,10 @@ another task runs between the steps, and the steps' plan is the plan.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import random
+import sys
+from collections.abc import AsyncIterator, Callable
+from types import FrameType
 
 import anyio
 import pytest
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 import poise_py as poise
 from poise_py._core import _directory
+from poise_py._core._pool import Pool
 
 pytestmark = pytest.mark.anyio
 
@@ -104,3 +108,69 @@ def test_a_repeated_id_is_found_whichever_step_it_falls_in(ids: list[int], step:
             assert len(_directory.Directory().plan(poise.Snapshot(1, endpoints), {}).added) == len(ids)
     finally:
         _directory.STEP = saved
+
+
+def python_calls_during(action: Callable[[], object]) -> int:
+    """How many Python-level function calls ``action`` makes (C calls not counted)."""
+    calls = 0
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(profile)
+    try:
+        action()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize("policy", [poise.PowerOfTwoChoices(), poise.RoundRobin(), poise.PeakEwma()])
+def test_committing_a_large_update_takes_a_pass_per_structure_not_calls_per_endpoint(policy: poise.Policy) -> None:
+    # The commit of an update is one synchronous block (no permit sees half of it): with
+    # 200,000 endpoints, a few calls per endpoint held the loop for most of a second. Each
+    # routing structure now takes its endpoints a list at a time, so the commit makes a
+    # number of calls that does not grow with the update (the loops inside run in place).
+    n = 5_000
+    pool = Pool(poise.CircuitPolicy(), policy, random.Random(1))
+    pool.apply(0.0, added=pool_of(range(n)))
+    replacement = pool_of(range(n, 2 * n))
+    built = pool.build(replacement, 1.0)
+    calls = python_calls_during(lambda: pool.apply(1.0, added=replacement, removed=list(pool.members), built=built))
+    assert calls < 200, calls
+    assert sorted(pool.members) == sorted(e.id for e in replacement)
+    more = pool_of(range(2 * n, 3 * n))
+    built = pool.build(more, 2.0)
+    calls = python_calls_during(lambda: pool.apply(2.0, added=more, built=built))
+    assert calls < 200, calls
+    assert len(pool.members) == 2 * n
+    assert pool.fast_scope is not None
+    assert len(pool.fast_scope) == 2 * n
+
+
+def pool_of(ids: range) -> list[poise.Endpoint]:
+    return [poise.Endpoint(f"n{i}") for i in ids]
+
+
+async def test_the_counters_of_many_departed_endpoints_are_folded_after_the_update_and_kept() -> None:
+    first = pool_of(range(300))
+    send, receive = anyio.create_memory_object_stream[poise.Update](4)
+    lb = poise.LoadBalancer(receive, policy=poise.RoundRobin())
+    async with lb, send, receive:
+        await send.send(poise.Snapshot(1, first))
+        await anyio.wait_all_tasks_blocked()
+        for _ in range(600):
+            async with lb.acquire():
+                pass
+        with pytest.raises(ValueError, match="boom"):
+            async with lb.acquire():
+                raise ValueError("boom")
+        before = lb.statistics().pool
+        await send.send(poise.Snapshot(2, pool_of(range(300, 600))))
+        await anyio.wait_all_tasks_blocked()
+        after = lb.statistics().pool
+        assert after.successes == before.successes == 600
+        assert sum(after.faults.values()) == sum(before.faults.values()) == 1
+        assert after.issued == before.issued == 601
