@@ -1152,22 +1152,22 @@ class Pool:
         self.members.update(fresh)
         states = list(fresh.values())
         router = self.router
-        groups: dict[Scope, list[EndpointState]] = {}
+        groups: dict[Scope, list[EndpointState]]
         tiers = {state.endpoint.tier for state in states}
         if len(tiers) == 1 and (tier := router.tier(tiers.pop())).remote is None:
-            groups[tier.local] = states  # one tier, no zones: one home (the common case, a set built in C)
+            groups = {tier.local: states}  # one tier, no zones: one home (the common case, a set built in C)
         else:
             homes: dict[tuple[int, str | None], Scope] = {}
-            for state in states:
+
+            def home_of(state: EndpointState) -> Scope:
                 endpoint = state.endpoint
                 where = (endpoint.tier, endpoint.zone)
                 home = homes.get(where)
                 if home is None:
                     home = homes[where] = router.home(endpoint)
-                group = groups.get(home)
-                if group is None:
-                    group = groups[home] = []
-                group.append(state)
+                return home
+
+            groups = _grouped(states, home_of)
         for home, group in groups.items():
             loads = home.loads
             for state in group:
@@ -1184,18 +1184,9 @@ class Pool:
 
     def _detach_all(self, states: list[EndpointState]) -> None:
         """Take ``states`` out of every routing structure, a list per scope (no replan)."""
-        groups: dict[Scope, list[EndpointState]] = {}
-        homes = {state.home for state in states}
-        if len(homes) == 1 and (only := homes.pop()) is not None:
-            groups[only] = states  # one home (the common case, a set built in C)
-        else:
-            for state in states:
-                home = state.home
-                assert home is not None  # noqa: S101 - every live state has a home
-                group = groups.get(home)
-                if group is None:
-                    group = groups[home] = []
-                group.append(state)
+        homes = {state.home for state in states}  # one home is the common case: a set built in C
+        only = homes.pop() if len(homes) == 1 else None
+        groups = {only: states} if only is not None else _grouped(states, _home)
         for home, group in groups.items():
             tier = home.tier
             listed: list[EndpointState] = []
@@ -1286,6 +1277,26 @@ class Pool:
     def suppressed_ejections(self) -> int:
         """Trips ``max_ejection_percent`` refused, pool-wide (saturating)."""
         return self.guard.suppressed
+
+
+def _grouped(
+    states: list[EndpointState], home_of: Callable[[EndpointState], Scope]
+) -> dict[Scope, list[EndpointState]]:
+    """``states`` by their home scope (``home_of``), each list in their order."""
+    groups: dict[Scope, list[EndpointState]] = {}
+    for state in states:
+        home = home_of(state)
+        group = groups.get(home)
+        if group is None:
+            group = groups[home] = []
+        group.append(state)
+    return groups
+
+
+def _home(state: EndpointState) -> Scope:
+    home = state.home
+    assert home is not None  # noqa: S101 - every live state has a home
+    return home
 
 
 def _no_pick(candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
