@@ -75,7 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import poise_py as poise
 from bench._lab_backends import DRAW_HEADER, Backends
 from poise_py import sim
-from poise_py._core._retry import Next
+from poise_py._core._retry import AfterFault
 from poise_py.contrib.httpx import PoiseTransport, endpoint_url
 
 DEFAULT_SCENARIO = "heterogeneous-pool"
@@ -382,7 +382,7 @@ class _NoHealthTransport(httpx.AsyncBaseTransport):
             except Exception as exc:
                 permit.cancel()
                 fault = internals.classify(exc, permit.endpoint.id).fault
-                if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not Next.RETRY:
+                if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not AfterFault.RETRY:
                     raise
                 continue
             except BaseException:
@@ -395,7 +395,7 @@ class _NoHealthTransport(httpx.AsyncBaseTransport):
             if verdict is None:
                 return response
             fault = verdict.fault if isinstance(verdict, poise.Classification) else verdict
-            if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not Next.RETRY:
+            if loop.after_fault(fault, internals.now(), pool_size=internals.pool_size) is not AfterFault.RETRY:
                 return response
             await response.aclose()
 

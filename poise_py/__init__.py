@@ -9,11 +9,9 @@ from __future__ import annotations
 from . import classify as classify
 from . import probes as probes
 from ._balancer import LoadBalancer as LoadBalancer
-from ._calls import CallEnded as CallEnded
-from ._calls import CallObserver as CallObserver
-from ._classify import Classifier as Classifier
-from ._classify import FaultError as FaultError
-from ._classify import default_classifier as default_classifier
+from ._call import Attempt as Attempt
+from ._call_observers import CallEnded as CallEnded
+from ._call_observers import CallObserver as CallObserver
 from ._coordination._config import Coordination as Coordination
 from ._coordination._config import CoordinationChange as CoordinationChange
 from ._coordination._config import CoordinationStatistics as CoordinationStatistics
@@ -63,6 +61,9 @@ from ._core._tails import Quantile as Quantile
 from ._core._tails import RetryBackoff as RetryBackoff
 from ._decision import Decision as Decision
 from ._decision import DecisionMode as DecisionMode
+from ._default_classifier import Classifier as Classifier
+from ._default_classifier import FaultError as FaultError
+from ._default_classifier import default_classifier as default_classifier
 from ._discovery import Delta as Delta
 from ._discovery import DiscoveryEnd as DiscoveryEnd
 from ._discovery import Snapshot as Snapshot
@@ -129,7 +130,6 @@ from ._membership import Readiness as Readiness
 from ._permit import Permit as Permit
 from ._quota import Quota as Quota
 from ._quota import quota_from_headers as quota_from_headers
-from ._retry import Attempt as Attempt
 from ._snapshot import EndpointCounters as EndpointCounters
 from ._snapshot import EndpointSnapshot as EndpointSnapshot
 from ._snapshot import PoolSnapshot as PoolSnapshot

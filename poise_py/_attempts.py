@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from ._core._retry import Next, RetryLoop
+from ._core._retry import AfterFault, RetryLoop
 from ._core._tails import RetryBackoff
 from ._errors import SelectionError
 from ._faults import Classification, Fault
@@ -273,7 +273,7 @@ class Attempts:
             raise error
         return self._result
 
-    def _judged(self, permit: Permit, verdict: Fault | Classification, error: BaseException | None) -> Next:
+    def _judged(self, permit: Permit, verdict: Fault | Classification, error: BaseException | None) -> AfterFault:
         """Report ``verdict`` on ``permit`` and ask the retry loop what follows."""
         if isinstance(verdict, Classification):
             fault = verdict.fault
@@ -285,7 +285,7 @@ class Attempts:
             self._pushback = None
         self.history.append(Attempt(endpoint_id=permit.endpoint.id, fault=fault, error=error))
         next_step = self._loop.after_fault(fault, self._now(), pool_size=self._pool_size(), time_left=self.time_left())
-        if next_step is not Next.RETRY:
+        if next_step is not AfterFault.RETRY:
             self._done = True
         return next_step
 
@@ -334,9 +334,9 @@ class AttemptScope:
         # _step is set when the attempt fails (the common attempt succeeds and never pays for it).
 
     @property
-    def step(self) -> Next | None:
+    def step(self) -> AfterFault | None:
         """What the retry loop decided after this attempt failed (None: it did not fail, or has not ended)."""
-        step: Next | None = getattr(self, "_step", None)
+        step: AfterFault | None = getattr(self, "_step", None)
         return step
 
     @property
@@ -357,7 +357,7 @@ class AttemptScope:
         step = self._step = attempts._judged(self.permit, verdict, error)
         attempts._result = result
         attempts._error = error
-        return step is Next.RETRY
+        return step is AfterFault.RETRY
 
     def detach(self) -> Permit:
         """The permit outlives the block (a streamed body reports it later); the block leaves it alone."""
@@ -381,7 +381,7 @@ class AttemptScope:
             return False
         attempts = self._attempts
         step = self._step = attempts._judged(permit, attempts._judge(exc), exc)
-        if step is Next.RETRY:
+        if step is AfterFault.RETRY:
             attempts._error = exc  # swallowed: the answer if no endpoint is left to retry on
             return True
         attempts.annotate(exc)

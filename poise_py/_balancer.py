@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ._calls import CallObserver
-from ._classify import Classifier, classifier_problem, default_classifier
+from ._call import call_with_options, call_with_retries
+from ._call_observers import CallObserver
 from ._clock import Clock, backend_clock
 from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
@@ -37,8 +37,8 @@ from ._core._record import EndpointState
 from ._core._routing import Panic, Routing
 from ._core._selection import Policy, PowerOfTwoChoices
 from ._core._tails import Hedge, RetryBackoff
+from ._default_classifier import Classifier, classifier_problem, default_classifier
 from ._discovery import DiscoveryEnd, Snapshot, StaticDiscovery, Update
-from ._dispatch import BalancerListener, PermitExit
 from ._endpoint import MAX_IN_FLIGHT_LIMIT, AdminStatus, Endpoint
 from ._errors import (
     AlreadyRunning,
@@ -60,7 +60,7 @@ from ._issuer import PermitIssuer
 from ._knobs import check_count, check_duration
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
-from ._retry import call_with_options, call_with_retries
+from ._pool_wires import BalancerListener, PermitExit
 from ._snapshot import PoolSnapshot, pool_snapshot
 from ._statistics import BalancerStatistics
 from ._telemetry import DEFAULT_EVENT_BUFFER, EventStream, Observer, Telemetry

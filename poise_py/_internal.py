@@ -23,7 +23,7 @@ balancer so their errors read alike: the knob checks (``check_count``, ``check_n
 ``check_duration``, ``is_number``, ``check_attempts``), the classifier's refusal text
 (``classifier_problem``), the optional-extra errors (``missing_extra``, ``require``), the
 bound on echoed text (``shown``, ``SHOWN_TEXT``), the pure retry loop (``RetryLoop``,
-``Next``) and hedging state (``HedgeState``, from :meth:`BalancerInternals.hedging`) the
+``AfterFault``) and hedging state (``HedgeState``, from :meth:`BalancerInternals.hedging`) the
 simulator drives, and the hedged-request runner (``hedged``) the transport and the
 channel share with ``lb.call``. contrib and the simulator import only public modules and
 this one (``tests/shell/test_internals.py`` holds them to it).
@@ -36,18 +36,18 @@ from collections.abc import Awaitable, Callable, Collection, Hashable
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import Attempts, Classify, Pacing
-from ._classify import Classifier, classifier_problem
+from ._call import hedged
 from ._core._budget import Budget
 from ._core._pool import Pool
-from ._core._retry import Next, RetryLoop, check_attempts
+from ._core._retry import AfterFault, RetryLoop, check_attempts
 from ._core._tails import Hedge, HedgeState, RetryBackoff
+from ._default_classifier import Classifier, classifier_problem
 from ._errors import ConfigError
 from ._extras import install_hint, missing_extra, require
 from ._faults import Classification, Fault
 from ._knobs import check_count, check_duration, check_number, is_number
 from ._logs import SHOWN_TEXT, LimitedLog
 from ._redact import shown
-from ._retry import hedged
 from ._timer import Timer
 
 if TYPE_CHECKING:
@@ -55,9 +55,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SHOWN_TEXT",
+    "AfterFault",
     "BalancerInternals",
     "HedgeState",
-    "Next",
     "RetryLoop",
     "check_attempts",
     "check_count",

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Collection, Hashable
 from typing import TYPE_CHECKING, Final, overload
 
-from ._calls import CallObserver, ObservedPermit
+from ._call_observers import CallObserver, ObservedPermit
 from ._core._native import mypyc_attr
 from ._errors import ConfigError, DiscoveryClosed, NoEligibleEndpoints, NotRunning, SelectionError, WrongThread
 from ._permit import Permit
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from ._clock import Clock
     from ._coordination._coordinator import Coordinator
     from ._core._pool import Pool
-    from ._dispatch import PermitExit
     from ._membership import Membership
+    from ._pool_wires import PermitExit
     from ._telemetry import Telemetry
     from ._waiting import WaitQueue
 

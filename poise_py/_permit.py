@@ -1,7 +1,7 @@
 """The permit: one reserved call to one endpoint, and how its outcome is reported (async shell).
 
 A permit is given the selection and the balancer's one
-:class:`~poise_py._dispatch.PermitExit` when it is issued, and reports its end there.
+:class:`~poise_py._pool_wires.PermitExit` when it is issued, and reports its end there.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from ._quota import Quota
 if TYPE_CHECKING:
     from ._core._pool import Selection
     from ._decision import Decision
-    from ._dispatch import PermitExit
     from ._endpoint import Endpoint
+    from ._pool_wires import PermitExit
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a user's subclass works with the compiled build too

@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
-from ._classify import Classifier, default_classifier
+from ._default_classifier import Classifier, default_classifier
 from ._errors import ConfigError
 from ._faults import Classification, Fault
 from ._quota import quota_from_headers

@@ -144,11 +144,11 @@ TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
     (_O, Cause.SHARED_CLOSED): _C,
     (_H, Cause.SHARED_CLOSED): _C,
 }
-"""Every legal move: (from, cause) -> to. Anything else raises ``LocalProtocolError``."""
+"""Every legal move: (from, cause) -> to. Anything else raises ``IllegalMoveError``."""
 
 
 @mypyc_attr(native_class=False)
-class LocalProtocolError(RuntimeError):
+class IllegalMoveError(RuntimeError):
     """An illegal circuit move was attempted; the circuit is unchanged. Always a bug."""
 
 
@@ -559,13 +559,13 @@ class Circuit:
                 HALF_OPEN), so a fallback to local decisions escalates from there.
 
         Raises:
-            LocalProtocolError: the move is not in ``TRANSITIONS`` (for instance from
+            IllegalMoveError: the move is not in ``TRANSITIONS`` (for instance from
                 BLOCKED); the circuit is unchanged.
         """
         cause = _SHARED_CAUSE.get(target)
         source = self.state
         if cause is None or (source, cause) not in TRANSITIONS:
-            raise LocalProtocolError(f"illegal circuit move {source.value} --adopt {target.value}-->")
+            raise IllegalMoveError(f"illegal circuit move {source.value} --adopt {target.value}-->")
         if target is _C:
             self.tally.clear()
             self.ejections_in_row = 0
@@ -802,7 +802,7 @@ class Circuit:
         source = self.state
         target = TRANSITIONS.get((source, cause))
         if target is None:
-            raise LocalProtocolError(f"illegal circuit move {source.value} --{cause.value}-->")
+            raise IllegalMoveError(f"illegal circuit move {source.value} --{cause.value}-->")
         epoch = self.epoch + 1
         self.epoch = epoch
         self.state = target

@@ -28,7 +28,7 @@ quickly; every interval is jittered so a fleet does not probe in lock-step.
 
 What a classification means for eligibility is decided here too (:func:`refusal`), and
 whether a passing probe closes a passively ejected circuit (:func:`verdict`): the shell
-only applies the :class:`Verdict` to the pool.
+only applies the :class:`HealthVerdict` to the pool.
 
 Nothing here reads a clock or awaits: ``now`` comes in, :meth:`HealthScheduler.next_deadline`
 goes out, and the async shell (``poise_py._health_runner``) runs the probes when the
@@ -207,7 +207,7 @@ class HealthSnapshot:
 
 
 @attrs.frozen(kw_only=True)
-class Verdict:
+class HealthVerdict:
     """What a settled probe means for its endpoint; the shell applies it to the pool.
 
     Attributes:
@@ -240,14 +240,14 @@ def verdict(
     *,
     epoch: int,
     current_epoch: int,
-) -> Verdict:
+) -> HealthVerdict:
     """Map a probe's settled result to eligibility and un-ejection.
 
     ``epoch`` is the circuit epoch when the probe started and ``current_epoch`` the one
     now: a passing probe of a HEALTHY endpoint un-ejects only a circuit still in the epoch
     it probed, so a probe that began before the circuit opened (or moved on) cannot close it.
     """
-    return Verdict(
+    return HealthVerdict(
         status=status,
         changed=status is not before,
         refusal=refusal(check, status),

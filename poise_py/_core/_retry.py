@@ -36,7 +36,7 @@ RETRYABLE = frozenset({Fault.TRANSIENT, Fault.SUSPECT, Fault.FATAL, Fault.PERMAN
 """Faults after which another endpoint is tried. Never CALLER: the request itself is bad."""
 
 
-class Next(enum.Enum):
+class AfterFault(enum.Enum):
     """What follows a failed attempt."""
 
     RETRY = "retry"
@@ -98,7 +98,7 @@ class RetryLoop:
 
     def after_fault(
         self, fault: Fault, now: float, *, pool_size: int | None = None, time_left: float | None = None
-    ) -> Next:
+    ) -> AfterFault:
         """The last attempt failed with ``fault``: what next (a RETRY has withdrawn from the budget).
 
         Args:
@@ -109,13 +109,13 @@ class RetryLoop:
             time_left: seconds before the caller's deadline; None without a deadline.
         """
         if fault not in RETRYABLE:
-            return Next.NOT_RETRYABLE
+            return AfterFault.NOT_RETRYABLE
         if self._made >= self._attempts:
-            return Next.ATTEMPTS_SPENT
+            return AfterFault.ATTEMPTS_SPENT
         if time_left is not None and time_left <= 0:
-            return Next.DEADLINE_PASSED
+            return AfterFault.DEADLINE_PASSED
         if pool_size is not None and len(self._tried) >= pool_size:
-            return Next.POOL_SPENT
+            return AfterFault.POOL_SPENT
         if not self._budget.try_withdraw(now):
-            return Next.BUDGET_SPENT
-        return Next.RETRY
+            return AfterFault.BUDGET_SPENT
+        return AfterFault.RETRY

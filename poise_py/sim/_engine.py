@@ -13,7 +13,7 @@ served (the server serves it anyway). Endpoints without one answer after their d
 latency, as before.
 
 A configuration with a ``hedge`` runs each request as ``lb.call(fn, hedge=...)`` does
-(``poise_py/_retry.py``'s ``hedged``), driven by events instead of tasks: the first attempt
+(``poise_py/_call.py``'s ``hedged``), driven by events instead of tasks: the first attempt
 at once, a hedge event each hedge delay while no answer came, the first success wins and
 every other attempt's permit is cancelled as superseded. The server keeps working on a
 loser (its call stays queued or in service until it ends); its answer changes nothing.
@@ -72,7 +72,7 @@ from .. import (
 from .. import (
     Quota as ProviderQuota,
 )
-from .._internal import HedgeState, Next, RetryLoop, check_count, check_number
+from .._internal import AfterFault, HedgeState, RetryLoop, check_count, check_number
 from ._meter import LoadMeter
 from ._models import EndpointModel
 from ._observe import Client, Observation, Observer, Refused, Throttled, Timeout
@@ -671,7 +671,7 @@ class Engine:
             self._push(self.now + response.latency, _COMPLETE, (request, permit, response.error))
         return None
 
-    # -- hedged requests: lb.call(fn, hedge=...)'s race (poise_py/_retry.py's hedged()) ---
+    # -- hedged requests: lb.call(fn, hedge=...)'s race (poise_py/_call.py's hedged()) ---
 
     def _start_hedged(self, request: _Request) -> None:
         """A hedged request begins: its first attempt at once, the first hedge due a delay later."""
@@ -754,11 +754,11 @@ class Engine:
             self._finish(request, ok=True)
             return
         step = request.retries.after_fault(self._report_fault(request, permit, error), self.now)
-        if step is Next.RETRY:
+        if step is AfterFault.RETRY:
             race.retries += 1
         else:
             race.done = True
-            if step is Next.NOT_RETRYABLE:  # the request is bad: it ends at once
+            if step is AfterFault.NOT_RETRYABLE:  # the request is bad: it ends at once
                 self._supersede(race)
                 self._finish(request, ok=False)
                 return
@@ -859,7 +859,7 @@ class Engine:
             self._finish(request, ok=True)
             return
         fault = self._report_fault(request, permit, error)
-        if request.retries.after_fault(fault, self.now) is Next.RETRY:  # a denial counts in lb.retries_denied
+        if request.retries.after_fault(fault, self.now) is AfterFault.RETRY:  # a denial counts in lb.retries_denied
             self._start(request)
             return
         self._finish(request, ok=False)

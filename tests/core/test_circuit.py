@@ -6,7 +6,7 @@ import pytest
 
 import poise_py as poise
 from poise_py import CircuitState, Fault, IneligibleReason
-from poise_py._core._circuit import TRANSITIONS, Cause, LocalProtocolError, Ticket
+from poise_py._core._circuit import TRANSITIONS, Cause, IllegalMoveError, Ticket
 from tests.support.circuits import NOW, make, ticket_of, trip
 
 
@@ -178,9 +178,9 @@ def test_may_eject_false_keeps_the_circuit_closed_and_counts_it() -> None:
 def test_illegal_move_raises_and_changes_nothing() -> None:
     c = make()
     before = (c.state, c.epoch, c.reopen_at)
-    with pytest.raises(LocalProtocolError):
+    with pytest.raises(IllegalMoveError):
         c.adopt(CircuitState.CLOSED, NOW)  # CLOSED --shared_closed--> is not in TRANSITIONS
-    with pytest.raises(LocalProtocolError):
+    with pytest.raises(IllegalMoveError):
         c.adopt(CircuitState.BLOCKED, NOW)  # nor is any adoption of BLOCKED
     assert (c.state, c.epoch, c.reopen_at) == before
 

@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import poise_py as poise
 from poise_py import CircuitState, Fault, IneligibleReason
-from poise_py._core._circuit import TRANSITIONS, Cause, Circuit, LocalProtocolError, Ticket
+from poise_py._core._circuit import TRANSITIONS, Cause, Circuit, IllegalMoveError, Ticket
 from tests.support.circuits import NOW, make, ticket_of, trip
 
 _C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
@@ -38,9 +38,9 @@ def test_adopting_from_blocked_raises_and_changes_nothing() -> None:
     c = leased()
     c.record(ticket_of(c), Fault.PERMANENT, NOW)
     before = (c.state, c.epoch, c.level)
-    with pytest.raises(LocalProtocolError):
+    with pytest.raises(IllegalMoveError):
         c.adopt(_O, NOW, reopen_at=NOW + 30, level=2)
-    with pytest.raises(LocalProtocolError):
+    with pytest.raises(IllegalMoveError):
         c.adopt(CircuitState.BLOCKED, NOW)
     assert (c.state, c.epoch, c.level) == before
 
@@ -225,7 +225,7 @@ class LeasedCircuitMachine(RuleBasedStateMachine):
             assert c.state is target
         else:
             before = (c.state, c.epoch)
-            with pytest.raises(LocalProtocolError):
+            with pytest.raises(IllegalMoveError):
                 c.adopt(target, self.now)
             assert (c.state, c.epoch) == before
 

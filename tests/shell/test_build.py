@@ -22,7 +22,7 @@ HOT_PATH = (
     "poise_py._core._tally",
     "poise_py._core._window",
     "poise_py._permit",
-    "poise_py._dispatch",
+    "poise_py._pool_wires",
     "poise_py._issuer",
 )
 

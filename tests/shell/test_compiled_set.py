@@ -20,7 +20,13 @@ import poise_py
 
 ROOT = Path(poise_py.__file__).parent.parent
 SHELL_HOT_PATH = frozenset(
-    {"poise_py/_permit.py", "poise_py/_dispatch.py", "poise_py/_issuer.py", "poise_py/_calls.py", "poise_py/_clock.py"}
+    {
+        "poise_py/_permit.py",
+        "poise_py/_pool_wires.py",
+        "poise_py/_issuer.py",
+        "poise_py/_call_observers.py",
+        "poise_py/_clock.py",
+    }
 )
 """The shell's modules a call runs through: ``acquire``, the permit, its exit, the clock."""
 INTERPRETED_BY_NAME = {

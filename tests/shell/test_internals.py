@@ -7,11 +7,11 @@ from pathlib import Path
 
 import poise_py
 from poise_py import _internal
-from poise_py._core._retry import Next
+from poise_py._core._retry import AfterFault
 from tests.support.imports import poise_imports
 
 PACKAGE = Path(poise_py.__file__).parent
-INTEGRATIONS = sorted([*PACKAGE.glob("contrib/*.py"), *PACKAGE.glob("sim/*.py"), PACKAGE / "_retry.py"])
+INTEGRATIONS = sorted([*PACKAGE.glob("contrib/*.py"), *PACKAGE.glob("sim/*.py"), PACKAGE / "_call.py"])
 # A private attribute read off a balancer: lb._x, balancer._x, self._lb._x, self._lbs[i]._x.
 PRIVATE_READ = re.compile(r"\b(?:lb|balancer|_lb|_lbs\[[^\]]*\])\.(_\w+)")
 
@@ -46,7 +46,7 @@ def test_a_retry_the_budget_refuses_through_the_internals_counts_in_retries_deni
     loop = lb._internals.retry_loop(3)
     loop.start(lb._internals.now())
     loop.attempt("a")
-    assert loop.after_fault(poise_py.Fault.SUSPECT, lb._internals.now()) is Next.BUDGET_SPENT
+    assert loop.after_fault(poise_py.Fault.SUSPECT, lb._internals.now()) is AfterFault.BUDGET_SPENT
     assert lb.retries_denied == lb._internals.retries_denied == 1
     assert lb.statistics().pool.retries_denied == 1
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ._quota import Quota
     from ._telemetry import Telemetry
 
-Verdict = Callable[[BaseException, str], "Classification | None"]
+ExitVerdict = Callable[[BaseException, str], "Classification | None"]
 """How a permit block left by an exception is recorded: (fault, retry_after), or None to cancel."""
 
 
@@ -51,12 +51,12 @@ class PermitExit:
         self,
         pool: Pool,
         clock: Clock,
-        verdict: Verdict,
+        verdict: ExitVerdict,
         observer_failed: Callable[[object, Exception], None],
     ) -> None:
         self.pool: Pool = pool
         self.clock: Clock = clock
-        self.verdict: Verdict = verdict
+        self.verdict: ExitVerdict = verdict
         self.observer_failed: Callable[[object, Exception], None] = observer_failed
         self.waiting: bool = False
         self.released: Callable[[], None] = _nothing

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from ._attempts import Attempt, Attempts, AttemptScope
-from ._core._retry import RETRYABLE, Next
+from ._core._retry import RETRYABLE, AfterFault
 from ._core._tails import Hedge, HedgeState, RetryBackoff
 from ._knobs import check_duration
 
@@ -131,16 +131,16 @@ async def hedged(
             async with attempt:
                 value = await once(attempt)
         except Exception as exc:  # noqa: BLE001 - judged by the driver, not retried: this attempt's final error
-            if attempt.step is Next.NOT_RETRYABLE:
+            if attempt.step is AfterFault.NOT_RETRYABLE:
                 fatal.append(exc)
                 end(attempt, task_group)
             else:
                 failures.append(exc)
         else:
             step = attempt.step
-            if step is Next.RETRY:
+            if step is AfterFault.RETRY:
                 retries[0] += 1
-            elif step is Next.NOT_RETRYABLE:  # a failed result that says the request is bad (a 4xx): it is the answer
+            elif step is AfterFault.NOT_RETRYABLE:  # a failed result saying the request is bad (a 4xx): the answer
                 end(attempt, task_group)
             elif step is None and not answer:
                 answer.append(value)

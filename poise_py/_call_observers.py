@@ -21,7 +21,7 @@ from ._permit import Permit
 
 if TYPE_CHECKING:
     from ._core._pool import Selection
-    from ._dispatch import PermitExit
+    from ._pool_wires import PermitExit
 
 
 @attrs.frozen(kw_only=True)
