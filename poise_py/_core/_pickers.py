@@ -111,14 +111,10 @@ class WeightedRandomPicker:
         self.buckets = WeightBuckets()
 
     def added(self, states: list[EndpointState]) -> None:
-        buckets = self.buckets
-        for state in states:
-            buckets.add(state, state.endpoint.weight)
+        self.buckets.add_all(states, [state.endpoint.weight for state in states])
 
     def removed(self, states: list[EndpointState]) -> None:
-        buckets = self.buckets
-        for state in states:
-            buckets.remove(state, state.endpoint.weight)
+        self.buckets.remove_all(states, [state.endpoint.weight for state in states])
 
     def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         return self.buckets.draw(self._unit)
@@ -131,14 +127,10 @@ class WeightedRoundRobinPicker:
         self.schedule = WeightClasses()
 
     def added(self, states: list[EndpointState]) -> None:
-        schedule = self.schedule
-        for state in states:
-            schedule.add(state, state.endpoint.weight)
+        self.schedule.add_all(states, [state.endpoint.weight for state in states])
 
     def removed(self, states: list[EndpointState]) -> None:
-        schedule = self.schedule
-        for state in states:
-            schedule.remove(state, state.endpoint.weight)
+        self.schedule.remove_all(states, [state.endpoint.weight for state in states])
 
     def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
         return self.schedule.next()
@@ -346,14 +338,31 @@ class LoadWeightedPicker:
         heapq.heappush(self._heap, (at, self._seq, state))
 
     def added(self, states: list[EndpointState]) -> None:
+        heap = self._heap
+        head = heap[0][0] if heap else 0.0
+        if len(states) < 64:
+            for state in states:
+                self._push(head + self._unit() / self._weights.get(state, self._mean), state)
+            return
+        # Many at once (a large update): append every entry, then one O(n) heapify.
+        weights = self._weights
+        mean = self._mean
+        unit = self._unit
+        turns = self._turns
+        seq = self._seq
         for state in states:
-            heap = self._heap
-            head = heap[0][0] if heap else 0.0
-            weight = self._weights.get(state, self._mean)
-            self._push(head + self._unit() / weight, state)
+            seq += 1
+            turns[state] = seq
+            heap.append((head + unit() / weights.get(state, mean), seq, state))
+        self._seq = seq
+        heapq.heapify(heap)
 
     def removed(self, states: list[EndpointState]) -> None:
         turns = self._turns
+        if not self._candidates:  # every candidate left (the scope has changed already): nothing stays
+            turns.clear()
+            self._heap = []
+            return
         for state in states:
             turns.pop(state, None)
 

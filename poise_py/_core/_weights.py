@@ -146,6 +146,52 @@ class WeightBuckets:
             bucket.top = bucket.below = 0
             self._order.remove(bucket)
 
+    def add_all(self, states: list[EndpointState], weights: list[int]) -> None:
+        """:meth:`add` each of ``states`` with its weight, a bucket at a time (a large update)."""
+        for key, (members, ws) in _by_key(states, weights, int.bit_length).items():
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = _Bucket()
+            if not bucket.states:
+                self._order.append(bucket)
+            top = max(ws)
+            if top > bucket.top:
+                bucket.below = len(bucket.states)  # everyone already here weighs less
+                bucket.top = top
+            bucket.below += sum([w < bucket.top for w in ws])
+            base = len(bucket.states)
+            bucket.index.update(zip(members, range(base, base + len(members)), strict=True))
+            bucket.states.extend(members)
+            bucket.weights.extend(ws)
+            total = sum(ws)
+            bucket.total += total
+            self.total += total
+
+    def remove_all(self, states: list[EndpointState], weights: list[int]) -> None:
+        """:meth:`remove` each of ``states`` (held with its weight).
+
+        A bucket losing at least an eighth of its members is rebuilt in one pass, keeping
+        the others in their order.
+        """
+        for key, (members, ws) in _by_key(states, weights, int.bit_length).items():
+            bucket = self._buckets[key]
+            if len(members) * 8 < len(bucket.states):
+                for state, weight in zip(members, ws, strict=True):
+                    self.remove(state, weight)
+                continue
+            gone = set(members)
+            kept = [i for i, state in enumerate(bucket.states) if state not in gone]
+            bucket.states = [bucket.states[i] for i in kept]
+            bucket.weights = [bucket.weights[i] for i in kept]
+            bucket.index = {state: i for i, state in enumerate(bucket.states)}
+            total = sum(ws)
+            bucket.total -= total
+            self.total -= total
+            bucket.below -= sum([w < bucket.top for w in ws])
+            if not bucket.states:
+                bucket.top = bucket.below = 0
+                self._order.remove(bucket)
+
     def draw(self, unit: Callable[[], float]) -> EndpointState:
         """One held state, with probability ``weight / total`` (something must be held)."""
         order = self._order
@@ -221,6 +267,41 @@ class WeightClasses:
             del self._classes[weight]
             self._schedule.remove(cls)
 
+    def add_all(self, states: list[EndpointState], weights: list[int]) -> None:
+        """:meth:`add` each of ``states`` with its weight: each class grows once and is restrided once."""
+        classes = self._classes
+        for weight, (members, _) in _by_key(states, weights, _same).items():
+            cls = classes.get(weight)
+            if cls is None:
+                cls = classes[weight] = _Class(weight)
+            base = len(cls.members)
+            cls.index.update(zip(members, range(base, base + len(members)), strict=True))
+            cls.members.extend(members)
+            self._restride(cls)
+
+    def remove_all(self, states: list[EndpointState], weights: list[int]) -> None:
+        """:meth:`remove` each of ``states``.
+
+        A class losing at least an eighth of its members is rebuilt in one pass (its
+        rotation starts again from its first member).
+        """
+        classes = self._classes
+        for weight, (members, _) in _by_key(states, weights, _same).items():
+            cls = classes[weight]
+            if len(members) * 8 < len(cls.members):
+                for state in members:
+                    self.remove(state, weight)
+                continue
+            gone = set(members)
+            cls.members = [state for state in cls.members if state not in gone]
+            cls.index = {state: i for i, state in enumerate(cls.members)}
+            cls.turn = 0
+            if cls.members:
+                self._restride(cls)
+            else:
+                del classes[weight]
+                self._schedule.remove(cls)
+
     def _restride(self, cls: _Class) -> None:
         stride = ROTATION // (len(cls.members) * cls.weight)
         schedule = self._schedule
@@ -243,6 +324,32 @@ class WeightClasses:
     def live_states(self) -> list[EndpointState]:
         """Every held state (for invariant checks)."""
         return [s for c in self._classes.values() for s in c.members]
+
+
+def _same(weight: int) -> int:
+    return weight
+
+
+def _by_key(
+    states: list[EndpointState], weights: list[int], key: Callable[[int], int]
+) -> dict[int, tuple[list[EndpointState], list[int]]]:
+    """``states`` and their weights grouped by ``key(weight)``, in order.
+
+    One group without a loop when every weight has the same key (an unweighted or evenly
+    weighted update).
+    """
+    keys = set(map(key, weights))
+    if len(keys) == 1:
+        return {keys.pop(): (states, weights)}
+    groups: dict[int, tuple[list[EndpointState], list[int]]] = {}
+    for state, weight in zip(states, weights, strict=True):
+        k = key(weight)
+        group = groups.get(k)
+        if group is None:
+            group = groups[k] = ([], [])
+        group[0].append(state)
+        group[1].append(weight)
+    return groups
 
 
 class _Class:

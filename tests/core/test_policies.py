@@ -18,7 +18,7 @@ from poise_py import CapacityOverflow, ConfigError
 from poise_py._core._circuit import Ticket
 from poise_py._core._pool import Pool
 from poise_py._core._record import UNMEASURED, EndpointState
-from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets
+from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets, WeightClasses
 from tests.support.circuits import record_of
 from tests.support.clocks import FakeClock
 from tests.support.routing import EVERY_POLICY, eject, make_pool, run, shares
@@ -344,6 +344,50 @@ def test_weight_buckets_hold_what_was_added_and_draw_only_held_states(
             assert below == sum(w < top for w in weights)
         if held:
             assert buckets.draw(rnd.random) in held
+
+
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.lists(st.sampled_from([1, 2, 3, 5, 8]), min_size=1, max_size=40)),
+        max_size=12,
+    ),
+    st.randoms(),
+)
+@settings(max_examples=60, deadline=None)
+def test_weights_added_and_removed_many_at_once_are_held_as_one_at_a_time(
+    batches: list[tuple[bool, list[int]]], rnd: random.Random
+) -> None:
+    # A large discovery update hands the weighted pickers its endpoints as one list: the
+    # structures take them a bucket or a class at a time, and hold exactly what adding and
+    # removing them one by one would.
+    buckets = WeightBuckets()
+    classes = WeightClasses()
+    held: dict[EndpointState, int] = {}
+    n = 0
+    for grow, weights in batches:
+        if grow or not held:
+            states = [record_of(poise.Endpoint(f"e{n + i}", weight=w)) for i, w in enumerate(weights)]
+            n += len(weights)
+            buckets.add_all(states, weights)
+            classes.add_all(states, weights)
+            held.update(zip(states, weights, strict=True))
+        else:
+            states = rnd.sample(list(held), min(len(held), len(weights)))
+            gone = [held.pop(state) for state in states]
+            buckets.remove_all(states, gone)
+            classes.remove_all(states, gone)
+        assert buckets.total == sum(held.values())
+        contents = {s: w for states, ws, *_ in buckets.buckets() for s, w in zip(states, ws, strict=True)}
+        assert contents == held
+        for _, ws, total, top, below in buckets.buckets():
+            assert total == sum(ws)
+            assert top >= max(ws)
+            assert below == sum(w < top for w in ws)
+        assert sorted(map(id, classes.live_states())) == sorted(map(id, held))
+        if held:
+            assert buckets.draw(rnd.random) in held
+            turns = collections.Counter(id(classes.next()) for _ in range(2 * sum(held.values())))
+            assert set(turns) == {id(s) for s in held}  # every held endpoint takes its turns
 
 
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 64)), max_size=300))
