@@ -332,30 +332,25 @@ class LoadWeightedPicker:
         self.view = scope.view
         self._signals = scope.view.signals
 
-    def _push(self, at: float, state: EndpointState) -> None:
+    def _entry(self, at: float, state: EndpointState) -> tuple[float, int, EndpointState]:
+        """A heap entry for ``state``'s turn at ``at``, made its current one."""
         self._seq += 1
         self._turns[state] = self._seq
-        heapq.heappush(self._heap, (at, self._seq, state))
+        return (at, self._seq, state)
 
     def added(self, states: list[EndpointState]) -> None:
         heap = self._heap
         head = heap[0][0] if heap else 0.0
-        if len(states) < 64:
-            for state in states:
-                self._push(head + self._unit() / self._weights.get(state, self._mean), state)
-            return
-        # Many at once (a large update): append every entry, then one O(n) heapify.
         weights = self._weights
         mean = self._mean
         unit = self._unit
-        turns = self._turns
-        seq = self._seq
-        for state in states:
-            seq += 1
-            turns[state] = seq
-            heap.append((head + unit() / weights.get(state, mean), seq, state))
-        self._seq = seq
-        heapq.heapify(heap)
+        entries = [self._entry(head + unit() / weights.get(state, mean), state) for state in states]
+        if len(entries) < 64:
+            for entry in entries:
+                heapq.heappush(heap, entry)
+        else:  # many at once (a large update): one O(n) heapify instead of a push each
+            heap.extend(entries)
+            heapq.heapify(heap)
 
     def removed(self, states: list[EndpointState]) -> None:
         turns = self._turns
@@ -386,11 +381,7 @@ class LoadWeightedPicker:
         self._mean = sum(weights.values()) / len(weights) if weights else 1.0
         unit = self._unit
         self._turns.clear()
-        self._heap = []
-        for state, weight in weights.items():
-            self._seq += 1
-            self._turns[state] = self._seq
-            self._heap.append((unit() / weight, self._seq, state))
+        self._heap = [self._entry(unit() / weight, state) for state, weight in weights.items()]
         heapq.heapify(self._heap)
         self._next_update = now + self._knobs.weight_update_period
 

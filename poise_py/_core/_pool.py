@@ -200,7 +200,7 @@ class Pool:
         ``built``: the records :meth:`build` made for ``added``, by id in their order (None:
         built here).
         Many endpoints joining or leaving at once cost a pass per routing structure, not a
-        call each (:meth:`_attach_fresh`, :meth:`_detach_all`).
+        call each (:meth:`_join_fresh`, :meth:`_detach_all`).
         """
         updated = list(updated)
         added = list(added)
@@ -208,9 +208,10 @@ class Pool:
         members = self.members
         gone = self._leaving(removed)
         self._weight_total = self._weight_after(added, gone, updated)
-        capped = [MAX_IN_FLIGHT in e.metadata for e in (*added, *updated)]  # a list: faster than a generator
-        if not self.load.controlled and any(capped):
-            self._take_control()
+        if not self.load.controlled:
+            capped = [MAX_IN_FLIGHT in e.metadata for e in (*added, *updated)]  # a list: faster than a generator
+            if any(capped):
+                self._take_control()
         if gone:
             if len(gone) == len(members):
                 members.clear()
@@ -286,7 +287,7 @@ class Pool:
         """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
 
         Changes nothing: discovery calls it when it plans an update, before building
-        anything for it, and :meth:`apply` calls it again before applying.
+        anything for it, and :meth:`apply` makes the same check before applying.
         """
         return self._weight_after(added, self._leaving(removed), updated)
 

@@ -317,9 +317,7 @@ class Scope:
 
     def join(self, state: EndpointState) -> None:
         """``state`` is now homed here."""
-        self.members += 1
-        if self._joined is not None:
-            self._joined([state])
+        self.join_all([state])
 
     def join_all(self, states: list[EndpointState]) -> None:
         """:meth:`join` each of ``states``."""
@@ -329,9 +327,7 @@ class Scope:
 
     def leave(self, state: EndpointState) -> None:
         """``state`` is no longer homed here."""
-        self.members -= 1
-        if self._left is not None:
-            self._left([state])
+        self.leave_all([state])
 
     def leave_all(self, states: list[EndpointState]) -> None:
         """:meth:`leave` each of ``states``."""
@@ -425,7 +421,7 @@ class DegradedScope(Scope):
             self._added([state])
 
     def add_all(self, states: list[EndpointState]) -> None:
-        """:meth:`add` each of ``states`` (degraded endpoints are few: one at a time)."""
+        """:meth:`add` each of ``states`` (its positions are ``dpos``, not the home scope's)."""
         for state in states:
             self.add(state)
 
