@@ -31,7 +31,8 @@ same outcomes, so that when the two disagree it is the simulator that is wrong:
   named as the simulator names them (:data:`CONFIGURATIONS`): poise_py's default and round
   robin with the default circuit through :class:`~poise_py.contrib.httpx.PoiseTransport`
   (``--configs`` adds "poise_py, every failure its own", the circuit with
-  ``overload_window=None``, and "poise_py, PeakEwma", as the ``overload-503`` scenario names them);
+  ``overload_window=None``, and "poise_py, PeakEwma", as the ``overload-503`` scenario names them,
+  and "random, default circuit" against "random, never ejects", a circuit that never trips);
   naive round-robin, uniform random and the shortest-queue oracle (which reads every
   backend's calls in system from the shared memory) through a transport that reports
   nothing to the balancer (every permit is cancelled) but retries through the same
@@ -151,6 +152,15 @@ CONFIGURATIONS: dict[str, LabConfiguration] = {
             circuit=lambda: poise.CircuitPolicy(overload_window=None),
         ),
         LabConfiguration(name="poise_py, PeakEwma", policy=poise.PeakEwma, health=True),
+        LabConfiguration(name="random, default circuit", policy=poise.Random, health=True),
+        LabConfiguration(
+            name="random, never ejects",
+            policy=poise.Random,
+            health=True,
+            circuit=lambda: poise.CircuitPolicy(
+                consecutive_failures=1_000_000, consecutive_transient_failures=1_000_000
+            ),
+        ),
         LabConfiguration(
             name="poise_py, max_in_flight 8",
             policy=poise.PowerOfTwoChoices,

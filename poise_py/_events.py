@@ -84,12 +84,14 @@ class CircuitHalfOpened(BalancerEvent):
 
 @attrs.frozen(kw_only=True)
 class CircuitClosed(BalancerEvent):
-    """An endpoint's circuit moved to CLOSED (a probe succeeded, or a reset).
+    """An endpoint's circuit moved to CLOSED (a probe succeeded, a reset, or an ejection undone).
 
     Attributes:
         endpoint_id: the endpoint.
         epoch: the circuit's new epoch.
-        cause: PROBE_SUCCEEDED or RESET.
+        cause: PROBE_SUCCEEDED, RESET, HEALTH_CHECK_PASSED, or POOL_LOADED (ejected for a
+            load-shaped failure, it is back because an endpoint in rotation failed the same
+            way soon after: docs/overload.md).
         previous: the state it left.
     """
 
@@ -123,12 +125,14 @@ class EndpointEjected(BalancerEvent):
 class EndpointReadmitted(BalancerEvent):
     """An ejected endpoint is back in rotation.
 
-    Emitted when its circuit closes again (a successful probe, an operator's reset), and
-    by active health checks when they mark it healthy again (``cause`` None).
+    Emitted when its circuit closes again (a successful probe, an operator's reset, an
+    ejection for load undone), and by active health checks when they mark it healthy again
+    (``cause`` None).
 
     Attributes:
         endpoint_id: the endpoint.
-        cause: the circuit's cause (PROBE_SUCCEEDED, RESET), or None for active health.
+        cause: the circuit's cause (PROBE_SUCCEEDED, RESET, POOL_LOADED...), or None for
+            active health.
     """
 
     endpoint_id: str

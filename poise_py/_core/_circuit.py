@@ -91,6 +91,10 @@ class Cause(enum.Enum):
     RECALLED = "recalled"
     """The pool is loaded and needs its capacity: an endpoint ejected for a load-shaped
     failure is probed before its open window ends (``Pool.complete``, docs/overload.md)."""
+    POOL_LOADED = "pool_loaded"
+    """Its ejection is undone: the load-shaped failures it was ejected for were the pool's
+    load, as an endpoint in rotation failed the same way within ``overload_window`` after it
+    (``Pool.complete``, docs/overload.md). Back to CLOSED at once, its escalation as before."""
     PROBE_SUCCEEDED = "probe_succeeded"
     PROBE_FAILED = "probe_failed"
     HARD_CAP = "hard_cap"
@@ -124,6 +128,7 @@ TRANSITIONS: dict[tuple[CircuitState, Cause], CircuitState] = {
     (_C, Cause.HARD_CAP): _R,
     (_O, Cause.COOLDOWN_ELAPSED): _H,
     (_O, Cause.RECALLED): _H,
+    (_O, Cause.POOL_LOADED): _C,
     (_O, Cause.PERMANENT): _B,
     (_H, Cause.PROBE_SUCCEEDED): _C,
     (_H, Cause.PROBE_FAILED): _O,
@@ -492,6 +497,21 @@ class Circuit:
             self._recalled_reopen = resume
             return transition
         return None
+
+    def restore(self, now: float) -> Transition | None:
+        """Undo the ejection that opened this circuit: CLOSED now; None when not OPEN, or leased.
+
+        The pool restores an endpoint ejected for a load-shaped failure when an endpoint in
+        rotation fails the same way soon after: the failure was the pool's load, judged the
+        endpoint's own only because it came first. The escalation step and the ejection in
+        a row it took are given back; the runs and the window start empty.
+        """
+        if self.state is not _O or self.leased:
+            return None
+        self.tally.clear()
+        self.level = max(0, self.level - 1)
+        self.ejections_in_row = max(0, self.ejections_in_row - 1)
+        return self._move(Cause.POOL_LOADED, now)
 
     def block(self, now: float) -> Transition | None:
         """Block as if a PERMANENT fault arrived (operator or tests); None if already."""

@@ -215,7 +215,7 @@ class FleetCore:
             link = self._link(state)
             link.trip = transition
             link.held = False
-        elif cause is Cause.HEALTH_CHECK_PASSED:
+        elif cause is Cause.HEALTH_CHECK_PASSED or cause is Cause.POOL_LOADED:
             self._link(state).held = True
         self._mark(state)
 

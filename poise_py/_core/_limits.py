@@ -338,8 +338,9 @@ class LoadState:
             not on the member's record, so the record stays within its cache lines).
         overloaded: when each member last had a load-shaped failure, oldest first (the
             pool's evidence that a timeout or overload answer is the pool's load).
-        recallable: the OPEN members ejected for a load-shaped failure: the next sign of
-            the pool's load recalls them (``Cause.RECALLED``).
+        recallable: the OPEN members ejected for a load-shaped failure, with when: the
+            next sign of the pool's load restores them (``Cause.POOL_LOADED``) or recalls
+            them (``Cause.RECALLED``).
         recalls: when each member was first recalled since its circuit last closed.
         shared_faults: load-shaped failures judged the pool's load, not a strike (saturating).
     """
@@ -351,7 +352,7 @@ class LoadState:
     ramping: dict[Any, None]
     controls: dict[Any, LoadControl]
     overloaded: dict[Any, float]
-    recallable: dict[Any, None]
+    recallable: dict[Any, float]
     recalls: dict[Any, float]
     shared_faults: int
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import math
 import random
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import TypeAlias
@@ -764,7 +765,9 @@ class Pool:
         if transition is not None:
             if transition.target is _OPEN:
                 if overload and fault is not None and transition.retry_after is None and self._may_recall(state, now):
-                    self.load.recallable[state] = None  # ejected for a load-shaped failure, no Retry-After
+                    # Ejected for a load-shaped failure, no Retry-After. From rotation, the
+                    # ejection may be undone (restored); after a probe, only recalled.
+                    self.load.recallable[state] = now if transition.source is _CLOSED else -math.inf
                 else:
                     self.load.recallable.pop(state, None)
             self._moved(state, transition)
@@ -775,7 +778,7 @@ class Pool:
             if ticket.epoch == circuit.epoch:
                 self.listener.probe_result(state)
         if shared and self.load.recallable:
-            self._recall(state, now)
+            self._recall(state, now, in_rotation=not ticket.probe)
 
     def _may_recall(self, state: EndpointState, now: float) -> bool:
         """Whether ``state``, ejected for a load-shaped failure, may be recalled now.
@@ -789,23 +792,36 @@ class Pool:
         first = self.load.recalls.get(state)
         return window is not None and (first is None or now - first < window)
 
-    def _recall(self, by: EndpointState, now: float) -> None:
-        """The pool shows load: probe at once every endpoint ejected for a load-shaped failure.
+    def _recall(self, by: EndpointState, now: float, *, in_rotation: bool) -> None:
+        """The pool shows load: restore or probe at once every endpoint ejected for a load-shaped failure.
 
-        Its open window would keep capacity out of a pool that now needs it. A recall
-        costs the endpoint nothing (a failed probe puts its circuit back as it was, see
+        Its open window would keep capacity out of a pool that now needs it. When ``by`` is
+        in rotation (not a probe) and failed within ``overload_window`` of an ejection, that
+        ejection is undone (``Circuit.restore``, CLOSED at once): its failure was the
+        pool's load, judged the endpoint's own only because it came first, as ``by``'s
+        would have been had it come first. Otherwise the endpoint is recalled: probed at
+        once, which costs it nothing (a failed probe puts its circuit back as it was, see
         ``Circuit.recall``); a load-shaped probe failure makes it recallable again, within
-        :meth:`_may_recall`'s limit. ``by``, whose failure showed the load, is not recalled
-        by it (its own failed probe is no sign that others are loaded).
+        :meth:`_may_recall`'s limit. A probe's failure restores nothing: an ejected
+        endpoint failing is no sign that the ones in rotation are loaded (two black holes
+        would restore each other). ``by`` is never recalled by its own failure.
         """
         recallable = self.load.recallable
+        window = self.circuit_policy.overload_window
         for other in list(recallable):
             if other is by:
                 continue
-            del recallable[other]
-            transition = other.circuit.recall(now) if other.live and self._may_recall(other, now) else None
+            ejected_at = recallable.pop(other)
+            if not other.live:
+                continue
+            transition = None
+            if in_rotation and window is not None and now - ejected_at <= window:
+                transition = other.circuit.restore(now)
+            if transition is None and self._may_recall(other, now):
+                transition = other.circuit.recall(now)
+                if transition is not None:
+                    self.load.recalls.setdefault(other, now)
             if transition is not None:
-                self.load.recalls.setdefault(other, now)
                 self._moved(other, transition)
 
     def _loaded(self, state: EndpointState, now: float) -> bool:

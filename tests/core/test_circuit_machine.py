@@ -133,6 +133,23 @@ class CircuitMachine(RuleBasedStateMachine):
 
     @rule()
     @precondition(lambda self: self.circuit is not None)
+    def restore(self) -> None:
+        c = self.circuit
+        assert c is not None
+        state, level, in_row, ejections, epoch = c.state, c.level, c.ejections_in_row, c.ejections, c.epoch
+        leased = c.leased
+        transition = c.restore(self.now)
+        if state is CircuitState.OPEN and not leased:  # the pool undoes a misjudged ejection: CLOSED, one step back
+            assert transition is not None
+            assert (c.state, c.epoch) == (CircuitState.CLOSED, epoch + 1)
+            assert (c.level, c.ejections_in_row, c.ejections) == (max(0, level - 1), max(0, in_row - 1), ejections)
+            assert c.tally.runs == 0
+        else:
+            assert transition is None
+            assert (c.state, c.epoch) == (state, epoch)
+
+    @rule()
+    @precondition(lambda self: self.circuit is not None)
     def reset(self) -> None:
         assert self.circuit is not None
         self.circuit.reset(self.now)

@@ -162,18 +162,48 @@ async def test_a_permit_reports_a_load_shaped_failure_and_refuses_a_wrong_typed_
         assert lb.statistics().endpoints[permit.endpoint.id].faults[poise.Fault.SUSPECT] == 1
 
 
-async def test_an_endpoint_ejected_for_load_is_recalled_when_the_pool_shows_load() -> None:
+def three_with_a_ejected_for_load() -> tuple[FakeClock, poise.LoadBalancer, list[poise.BalancerEvent]]:
+    """A round robin over a, b, c on a fake clock, its events recorded (enter it, then :func:`eject_a_for_load`)."""
     clock = FakeClock()
     lb = poise.LoadBalancer(
         poise.StaticDiscovery([poise.Endpoint(i) for i in ("a", "b", "c")]), policy=poise.RoundRobin(), clock=clock
     )
     events: list[poise.BalancerEvent] = []
     lb.add_observer(events.append)
+    return clock, lb, events
+
+
+def eject_a_for_load(lb: poise.LoadBalancer) -> None:
+    for _ in range(5):  # a answers 503 alone: its own fault, ejected for 30 s or so
+        lb.acquire(exclude={"b", "c"}).fail(poise.Fault.SUSPECT, overload=True)
+    assert lb.snapshot()["a"].state is poise.CircuitState.OPEN
+
+
+async def test_an_endpoint_ejected_for_load_is_restored_when_one_in_rotation_fails_the_same_way() -> None:
+    clock, lb, events = three_with_a_ejected_for_load()
     async with lb:
-        for _ in range(5):  # a answers 503 alone: its own fault, ejected for 30 s or so
-            lb.acquire(exclude={"b", "c"}).fail(poise.Fault.SUSPECT, overload=True)
-        assert lb.snapshot()["a"].state is poise.CircuitState.OPEN
+        eject_a_for_load(lb)
         clock.advance(2.0)
+        # b times out now: the pool is loaded, and a's 503s were its load, not a's fault.
+        lb.acquire(exclude={"a", "c"}).fail(poise.Fault.SUSPECT, overload=True)
+        assert lb.snapshot()["a"].state is poise.CircuitState.CLOSED
+        (closed,) = [e for e in events if isinstance(e, poise.CircuitClosed)]
+        assert (closed.endpoint_id, closed.cause, closed.previous, closed.at) == (
+            "a",
+            poise.Cause.POOL_LOADED,
+            poise.CircuitState.OPEN,
+            clock.now,
+        )
+        async with lb.acquire(exclude={"b", "c"}) as permit:
+            assert not permit.probe
+
+
+async def test_an_endpoint_ejected_for_load_is_recalled_when_the_pool_shows_load_later() -> None:
+    clock, lb, events = three_with_a_ejected_for_load()
+    async with lb:
+        eject_a_for_load(lb)
+        clock.advance(12.0)  # past the overload window: no misjudged ejection to undo
+        lb.acquire(exclude={"a", "b"}).fail(poise.Fault.SUSPECT, overload=True)  # c's own
         # b times out now: the pool is loaded and needs a's capacity back.
         lb.acquire(exclude={"a", "c"}).fail(poise.Fault.SUSPECT, overload=True)
         assert lb.snapshot()["a"].state is poise.CircuitState.HALF_OPEN
