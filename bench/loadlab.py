@@ -172,7 +172,7 @@ CONFIGURATIONS: dict[str, LabConfiguration] = {
             policy=poise.PowerOfTwoChoices,
             health=True,
             options=lambda: {
-                "concurrency": poise.AdaptiveConcurrency(poise.AIMD(timeout=0.13, window=10, initial_limit=4))
+                "concurrency": poise.AdaptiveConcurrency(poise.AIMD(timeout=0.115, window=20, initial_limit=4))
             },
         ),
         LabConfiguration(

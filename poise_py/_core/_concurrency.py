@@ -90,8 +90,9 @@ class AIMD:
         timeout: a call slower than this, in seconds, counts as a drop (None: only
             overload signals do). With ``window`` > 1 it is the window's mean latency
             that is compared, so by Little's law the limit settles near ``capacity *
-            timeout / service time``: 1.25 times the unloaded mean latency holds it within
-            25% above an endpoint's capacity.
+            timeout / service time``: 1.1 times the unloaded mean latency, on windows of
+            twenty calls, holds it within a quarter of an endpoint's capacity
+            (docs/overload.md).
         window: completed calls per update (1: every call updates the limit).
     """
 

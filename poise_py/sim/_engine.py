@@ -200,7 +200,9 @@ class Sample:
     ``success_rate`` and ``latency_p99`` are over the requests that ended since the
     previous sample (a timeout counts at its deadline); ``queued`` is how many calls wait
     in endpoints' queues at this instant; ``calls`` is each endpoint's calls so far, in the
-    order of :attr:`RunResult.endpoint_ids` (the difference of two samples is a window's).
+    order of :attr:`RunResult.endpoint_ids` (the difference of two samples is a window's);
+    ``limits`` each endpoint's adaptive concurrency limit at this instant, in the same
+    order (None without one, or while it is absent).
     """
 
     at: float
@@ -210,6 +212,7 @@ class Sample:
     latency_p99: float | None = None
     queued: int = 0
     calls: tuple[int, ...] = ()
+    limits: tuple[int | None, ...] = ()
 
 
 class Outcomes:
@@ -261,6 +264,11 @@ class Outcomes:
         return self.successes / self.requests if self.requests else 1.0
 
 
+SETTLE_TIME = 30.0
+"""Seconds an adaptive limit is given to learn an endpoint's capacity before
+:meth:`RunResult.mean_limits` averages it (the overload goal: within 30 s)."""
+
+
 @attrs.frozen(kw_only=True)
 class RunResult(Outcomes):
     """What one configuration did with the scenario's traffic.
@@ -310,6 +318,24 @@ class RunResult(Outcomes):
     def mean_readmit(self) -> float | None:
         """Mean seconds from an endpoint's recovery to its return to rotation."""
         return sum(self.readmit_times) / len(self.readmit_times) if self.readmit_times else None
+
+    def mean_limits(self, since: float = SETTLE_TIME) -> tuple[float | None, ...]:
+        """Each endpoint's adaptive concurrency limit averaged over the timeline from ``since`` on.
+
+        In ``endpoint_ids`` order; None for an endpoint without an adaptive limit then. Set
+        against its capacity, this is what the limit learned (by Little's law an endpoint
+        keeps ``capacity`` calls in service and queues the rest).
+        """
+        sums = [0.0] * len(self.endpoint_ids)
+        counts = [0] * len(self.endpoint_ids)
+        for sample in self.timeline:
+            if sample.at < since:
+                continue
+            for i, limit in enumerate(sample.limits):
+                if limit is not None:
+                    sums[i] += limit
+                    counts[i] += 1
+        return tuple(total / n if n else None for total, n in zip(sums, counts, strict=True))
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
@@ -961,6 +987,7 @@ class Engine:
         alive = 0
         in_rotation = 0.0
         states: list[str] = []
+        limits: list[int | None] = []
         lbs = self._lbs
         for lb in lbs:
             lb._internals.run_timers(self.now)
@@ -969,6 +996,7 @@ class Engine:
         views[0] = reported = self._view(lbs[0])
         for endpoint_id, model in self.models.items():
             first = reported.get(endpoint_id)
+            limits.append(None if first is None else first.concurrency_limit)
             if first is None:
                 states.append("absent")
             elif first.degraded and first.state is CircuitState.CLOSED:
@@ -1003,6 +1031,7 @@ class Engine:
                 latency_p99=percentile(window, 0.99),
                 queued=sum(len(s.waiting) for s in self._stations.values()),
                 calls=tuple(self._calls_by.values()),
+                limits=tuple(limits),
             )
         )
 

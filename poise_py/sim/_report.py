@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._internal import install_hint
-from ._engine import RunResult
+from ._engine import SETTLE_TIME, RunResult
 from ._run import Report
 from ._scenario import default_configurations
 
@@ -193,7 +193,28 @@ def render_table(report: Report, console: Console, *, run: str | None = None) ->
     reason = behind(report)
     if reason is not None:
         console.print(f"{report.results[0].configuration} is {reason}", style="yellow", markup=False, highlight=False)
+    for line in learned_limits(report):
+        console.print(line, markup=False, highlight=False)
     console.print(LEGEND, style="dim", markup=False, highlight=False)
+
+
+def learned_limits(report: Report) -> list[str]:
+    """A line for each configuration with adaptive limits: what each endpoint's limit learned, against its capacity.
+
+    The limit is averaged over the timeline from :data:`~poise_py.sim.SETTLE_TIME` (30 s)
+    on, the time the limits are given to learn; a run shorter than that has no line.
+    """
+    capacities = {model.id: model.capacity for model in report.scenario.endpoints}
+    lines: list[str] = []
+    for r in report.results:
+        learned = [
+            f"{i} {limit:.1f}" + (f" (capacity {capacities[i]})" if capacities.get(i) is not None else "")
+            for i, limit in zip(r.endpoint_ids, r.mean_limits(), strict=True)
+            if limit is not None
+        ]
+        if learned:
+            lines.append(f"{r.configuration}: limits learned, mean from {SETTLE_TIME:.0f} s: {', '.join(learned)}")
+    return lines
 
 
 STATE_LABELS = ("closed", "half-open", "open", "blocked", "retired", "absent", "degraded (reserve)")

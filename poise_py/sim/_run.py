@@ -34,7 +34,8 @@ class Report:
         failure when it failed, a timeout at its deadline); ``goodput`` is successes per
         second; ``extra_load`` attempts per request minus one (retries and hedges);
         ``hedges_sent`` and ``hedges_won`` a hedged configuration's hedges; ``endpoints``
-        each endpoint's calls, share of calls and peak queue.
+        each endpoint's calls, share of calls, peak queue and ``limit``, its adaptive
+        concurrency limit averaged from :data:`~poise_py.sim.SETTLE_TIME` on (None without one).
         """
         return {
             "scenario": self.scenario.name,
@@ -67,9 +68,15 @@ class Report:
                     "backend_calls": r.backend_calls,
                     "ejected": list(r.ejected),
                     "endpoints": [
-                        {"id": i, "calls": calls, "share": round(share, 6), "peak_queue": peak}
-                        for i, calls, share, peak in zip(
-                            r.endpoint_ids, r.endpoint_calls, r.shares, r.peak_queues, strict=True
+                        {
+                            "id": i,
+                            "calls": calls,
+                            "share": round(share, 6),
+                            "peak_queue": peak,
+                            "limit": None if limit is None else round(limit, 3),
+                        }
+                        for i, calls, share, peak, limit in zip(
+                            r.endpoint_ids, r.endpoint_calls, r.shares, r.peak_queues, r.mean_limits(), strict=True
                         )
                     ],
                     "return_peak_queues": r.return_peak_queues,
