@@ -58,6 +58,7 @@ _SPILLOVER = DecisionMode.SPILLOVER
 _PANIC = DecisionMode.PANIC
 _LIMITED = DecisionMode.LIMITED
 _HALF_OPEN = CircuitState.HALF_OPEN
+_POOL_LOADED = Cause.POOL_LOADED
 _QUOTA = IneligibleReason.QUOTA
 _RESTS = -2
 """The epoch slot of a deadline that ends a spent quota's rest (OPEN ends carry an epoch >= 0)."""
@@ -1047,8 +1048,15 @@ class Pool:
             self.load.recalls.pop(state, None)
         if transition.target is _OPEN and transition.reopen_at is not None:
             self._push(transition.reopen_at, state, transition.epoch)
-        elif transition.target is _CLOSED and transition.source is not _CLOSED and self.load.slow_start is not None:
-            self._ramp(state, transition.at)  # readmitted after an ejection: ramp back up
+        elif (
+            transition.target is _CLOSED
+            and transition.source is not _CLOSED
+            and transition.cause is not _POOL_LOADED
+            and self.load.slow_start is not None
+        ):
+            # Readmitted after an ejection: ramp back up. An ejection undone (POOL_LOADED)
+            # was the pool's load, never its own: it takes its share back at once.
+            self._ramp(state, transition.at)
         self._sync(state)
         self.listener.transition(state, transition)
         if self.guard.next_to_eject() is not None:

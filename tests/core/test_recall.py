@@ -6,6 +6,7 @@ import random
 
 import poise_py as poise
 from poise_py._core._circuit import Circuit, Ticket, Transition
+from poise_py._core._concurrency import LoadPolicy
 from poise_py._core._pool import Pool
 from poise_py._core._record import EndpointState
 from tests.core.test_overload_not_a_fault import fail_on, pool_of
@@ -235,3 +236,34 @@ def test_circuit_restore_moves_only_an_open_circuit_and_gives_back_its_escalatio
     c.trip(poise.Cause.SUCCESS_RATE, 2.0, may_eject=True)
     c.recall(3.0)
     assert c.restore(3.0) is None  # HALF_OPEN: its probe decides
+
+
+def slow_starting_pool_of(*ids: str) -> Pool:
+    pool = Pool(
+        poise.CircuitPolicy(max_ejection_percent=1.0),
+        poise.RoundRobin(),
+        random.Random(5),
+        load=LoadPolicy(slow_start=poise.SlowStart(window=30.0)),
+    )
+    pool.apply(0.0, added=[poise.Endpoint(i) for i in ids])
+    return pool
+
+
+def test_with_slow_start_a_restored_endpoint_takes_its_share_back_at_once() -> None:
+    pool = slow_starting_pool_of("a", "b", "c")
+    eject_for_load(pool, "a", 0.0)
+    fail_on(pool, "b", 1.0, overload=True)  # the pool's load: a's ejection is undone
+    a = state_of(pool, "a")
+    assert a.circuit.state is CLOSED
+    assert pool.ramp_factor(a, 1.5) == 1.0  # never its own fault: no ramp
+
+
+def test_with_slow_start_a_recalled_endpoint_that_passes_its_probe_ramps_up() -> None:
+    pool = slow_starting_pool_of("a", "b", "c")
+    eject_for_load(pool, "a", 0.0)
+    fail_on(pool, "c", 10.8, overload=True)
+    fail_on(pool, "b", 11.0, overload=True)  # past the window: recalled, not restored
+    probe(pool, "a", 11.5, None)
+    a = state_of(pool, "a")
+    assert a.circuit.state is CLOSED
+    assert pool.ramp_factor(a, 12.5) < 0.5  # readmitted by a probe: Envoy's ramp
