@@ -34,37 +34,18 @@ in :mod:`poise_py._core._limits` (compiled). No clock, no I/O.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import attrs
 
 from .._errors import ConfigError
 from .._knobs import check_count, check_duration, check_number, optional
-from ._limits import AIMDLimiter, Gradient2Limiter
+from ._limits import AIMDLimiter, Gradient2Limiter, RunningLimit
 
 MAX_LIMIT = 1 << 20
 """The largest limit a knob accepts."""
 MAX_WINDOW = 1 << 20
 """The most completed calls a window may take (``window=``)."""
-
-
-class LimitAlgorithm(Protocol):
-    """An adaptive limit's configuration: it makes a fresh :class:`Limiter` per endpoint."""
-
-    initial_limit: int
-
-    def limiter(self) -> Limiter:
-        """A fresh running limit at ``initial_limit``."""
-
-
-class Limiter(Protocol):
-    """One endpoint's running adaptive limit."""
-
-    limit: int
-    """The whole number of calls the endpoint may have in flight now (>= 1)."""
-
-    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
-        """Feed one completed call; return the new :attr:`limit`."""
 
 
 def _check_bounds(owner: str, initial: int, low: int, high: int) -> None:
@@ -189,7 +170,7 @@ class AdaptiveConcurrency:
                 f"must be poise.Gradient2() or poise.AIMD(), got {self.algorithm!r}",
             )
 
-    def limiter(self) -> AIMDLimiter | Gradient2Limiter:
+    def limiter(self) -> RunningLimit:
         """A fresh running limit for one endpoint."""
         return self.algorithm.limiter()
 

@@ -60,17 +60,36 @@ class Window:
         return window
 
 
-class AIMDLimiter:
-    """One endpoint's ``AIMD`` limit (the knobs copied in: read on every completed call)."""
+class RunningLimit:
+    """One endpoint's running adaptive limit: :class:`AIMDLimiter` or :class:`Gradient2Limiter`.
+
+    A base class rather than a union so that the compiled build calls :meth:`sample`
+    through its method table, on every timed call.
+    """
 
     limit: int
+    """The whole number of calls the endpoint may have in flight now (>= 1)."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
+        """Feed one completed call (its latency, the calls in flight then, whether it was a drop); the new limit."""
+        raise NotImplementedError
+
+
+class AIMDLimiter(RunningLimit):
+    """One endpoint's ``AIMD`` limit (the knobs copied in: read on every completed call)."""
+
     _min: int
     _max: int
     _backoff: float
     _timeout: float | None
     _window: Window | None
 
-    __slots__ = ("_backoff", "_max", "_min", "_timeout", "_window", "limit")
+    __slots__ = ("_backoff", "_max", "_min", "_timeout", "_window")
 
     def __init__(
         self,
@@ -82,12 +101,12 @@ class AIMDLimiter:
         timeout: float | None,
         window: int,
     ) -> None:
+        super().__init__(initial_limit)
         self._min = min_limit
         self._max = max_limit
         self._backoff = backoff_ratio
         self._timeout = timeout
         self._window = Window(window) if window > 1 else None
-        self.limit = initial_limit
 
     def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int:
         """``AIMDLimit._update``: decrease on a drop (or a call over ``timeout``), else grow by one if used."""
@@ -100,10 +119,15 @@ class AIMDLimiter:
         timeout = self._timeout
         if drop or (timeout is not None and rtt > timeout):
             limit = int(limit * self._backoff)
+            if limit < self._min:
+                limit = self._min
         elif in_flight * 2 >= limit:
-            limit += 1
-        self.limit = min(self._max, max(self._min, limit))
-        return self.limit
+            if limit < self._max:
+                limit += 1
+        else:
+            return limit  # not used enough to grow (a comparison, not min/max: every call runs this)
+        self.limit = limit
+        return limit
 
 
 class ExpAverage:
@@ -136,11 +160,10 @@ class ExpAverage:
         return self.value
 
 
-class Gradient2Limiter:
+class Gradient2Limiter(RunningLimit):
     """One endpoint's ``Gradient2`` limit (kept as a float, read as a whole number; the knobs copied in)."""
 
     estimate: float
-    limit: int
     _min: float
     _max: float
     _tolerance: float
@@ -149,7 +172,7 @@ class Gradient2Limiter:
     _long: ExpAverage
     _window: Window | None
 
-    __slots__ = ("_long", "_max", "_min", "_queue", "_smoothing", "_tolerance", "_window", "estimate", "limit")
+    __slots__ = ("_long", "_max", "_min", "_queue", "_smoothing", "_tolerance", "_window", "estimate")
 
     def __init__(
         self,
@@ -163,6 +186,7 @@ class Gradient2Limiter:
         queue_size: float,
         window: int,
     ) -> None:
+        super().__init__(initial_limit)
         self._min = float(min_limit)
         self._max = float(max_limit)
         self._tolerance = float(rtt_tolerance)
@@ -172,7 +196,6 @@ class Gradient2Limiter:
         self._window = Window(window) if window > 1 else None
         self.estimate = float(initial_limit)
         """The estimated limit, unrounded."""
-        self.limit = initial_limit
 
     @property
     def long_rtt(self) -> float:
@@ -187,20 +210,30 @@ class Gradient2Limiter:
                 return self.limit
             rtt, in_flight, _ = window
         del drop  # Gradient2 reads latency only; a timeout's latency is its deadline
-        short = max(rtt, 1e-9)
+        # Clamps are written as comparisons, not min/max calls: every timed call runs this.
+        short = rtt if rtt > 1e-9 else 1e-9
         long = self._long.add(short)
         if long / short > 2:
             self._long.value = long * 0.95
         estimate = self.estimate
         if in_flight < estimate / 2:
             return self.limit
-        gradient = max(0.5, min(1.0, self._tolerance * long / short))
+        gradient = self._tolerance * long / short  # clamped to [0.5, 1.0]
+        if gradient > 1.0:
+            gradient = 1.0
+        elif gradient < 0.5:
+            gradient = 0.5
         smoothing = self._smoothing
         new = estimate * gradient + self._queue
         new = estimate * (1 - smoothing) + new * smoothing
-        self.estimate = max(self._min, min(self._max, new))
-        self.limit = max(1, math.floor(self.estimate))
-        return self.limit
+        if new > self._max:  # clamped to [min_limit, max_limit]
+            new = self._max
+        elif new < self._min:
+            new = self._min
+        self.estimate = new
+        limit = math.floor(new)
+        self.limit = limit = limit if limit > 1 else 1
+        return limit
 
 
 class LoadControl:
@@ -224,7 +257,7 @@ class LoadControl:
 
     cap: int
     limit: int
-    limiter: AIMDLimiter | Gradient2Limiter | None
+    limiter: RunningLimit | None
     quota: int
     ramp_since: float | None
     reported: int
@@ -233,7 +266,7 @@ class LoadControl:
 
     __slots__ = ("cap", "limit", "limiter", "quota", "ramp_since", "reported", "share", "thins")
 
-    def __init__(self, cap: int, limiter: AIMDLimiter | Gradient2Limiter | None) -> None:
+    def __init__(self, cap: int, limiter: RunningLimit | None) -> None:
         self.cap = cap
         self.limiter = limiter
         self.quota = UNLIMITED
@@ -274,8 +307,12 @@ class LoadControl:
         limiter = self.limiter
         if limiter is None:
             return None
-        before = self.limit
         limiter.sample(rtt, in_flight, drop=drop)
+        return self.relimited()
+
+    def relimited(self) -> int | None:
+        """Take the adaptive limit's latest value into :attr:`limit`; the new limit if it changed, else None."""
+        before = self.limit
         self._relimit()
         return self.limit if self.limit != before else None
 
@@ -296,7 +333,7 @@ class RampShape(Protocol):
 class LimiterFactory(Protocol):
     """What makes an endpoint's running limit (``AdaptiveConcurrency``)."""
 
-    def limiter(self) -> AIMDLimiter | Gradient2Limiter:
+    def limiter(self) -> RunningLimit:
         """A fresh running limit for one endpoint."""
         ...
 

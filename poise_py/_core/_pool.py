@@ -528,7 +528,15 @@ class Pool:
         control = self.load.controls.get(state)
         if control is None:
             return
-        changed = control.sample(latency, in_flight, drop=fault in _DROPS)
+        limiter = control.limiter
+        if limiter is not None:
+            before = limiter.limit
+            if limiter.sample(latency, in_flight, drop=fault in _DROPS) != before:
+                self._limit_moved(state, control)
+
+    def _limit_moved(self, state: EndpointState, control: LoadControl) -> None:
+        """``state``'s adaptive limit moved: take it into its limit; tell the listener of a step."""
+        changed = control.relimited()
         if changed is not None:
             previous = control.reported
             if abs(changed - previous) >= max(2, previous // 4):  # a step, not every nudge
@@ -571,11 +579,24 @@ class Pool:
         if not (state.live and state.record_success(ticket, now, started)):
             self._record(state, ticket, None, now, latency=now - started, retry_after=None)
         elif self._observe is not None:  # a latency observer or limit (_record feeds them on the long way)
-            self._observe(state, now - started, now)
+            if self.load.adaptive:
+                self._observe_adaptive(state, now - started, now)  # a direct call (compiled: native)
+            else:
+                self._observe(state, now - started, now)
 
     def _observe_adaptive(self, state: EndpointState, latency: float, now: float) -> None:
-        """A CLOSED success's latency, with an adaptive limit on: sample it, then measure it."""
-        self._sample(state, latency, state.inflight + 1, None)  # in flight when it completed
+        """A CLOSED success's latency, with an adaptive limit on: sample it, then measure it.
+
+        Every timed call's path: :meth:`_sample` written out (the limiter is called
+        directly, and the endpoint's limit is recomputed only when the limiter's moved).
+        """
+        control = self.load.controls.get(state)
+        if control is not None:
+            limiter = control.limiter
+            if limiter is not None:
+                before = limiter.limit
+                if limiter.sample(latency, state.inflight + 1, drop=False) != before:  # in flight when it completed
+                    self._limit_moved(state, control)
         if self._measure is not None:
             self._measure(state, latency, now)
 
