@@ -207,7 +207,8 @@ class LoadBalancer(PermitIssuer):
         self._timer = Timer()
         listener = BalancerListener(self._now, self._timer.wake, self._drain_waiters)
         self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener, load=load)
-        self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed)
+        resources: dict[EndpointState, object] = {}  # the endpoint factory's, per member
+        self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed, resources)
         self._waiting = WaitQueue(
             self._select,
             self._waiter_refused,
@@ -224,6 +225,7 @@ class LoadBalancer(PermitIssuer):
             self._health = HealthRunner(health_check, self._pool, health_rng.random)
         self._membership = Membership(
             self._pool,
+            resources,
             factory=endpoint_factory,
             close=endpoint_close,
             readiness=readiness,

@@ -141,6 +141,7 @@ class Membership:
     def __init__(
         self,
         pool: Pool,
+        resources: dict[EndpointState, object] | None = None,
         *,
         factory: EndpointFactory | None = None,
         close: EndpointClose | None = None,
@@ -148,6 +149,8 @@ class Membership:
         on_change: ChangeHook | None = None,
     ) -> None:
         self.pool = pool
+        self.resources: dict[EndpointState, object] = {} if resources is None else resources
+        """What the endpoint factory built for each member (``Permit.resource`` reads it)."""
         self.directory = Directory()
         self._live = LiveEndpoints(pool.members)
         """``id -> endpoint`` of the pool's members, read in place: what an update is planned against."""
@@ -260,15 +263,17 @@ class Membership:
         if self._checks or self._cooling or self._quarantined or self._exhausted is not None:
             for state in gone:
                 self._forget(state)
-        for state in gone:
-            if state.resource is not None:
-                self._retire(state)
+        if self.resources:
+            for state in gone:
+                if state in self.resources:
+                    self._retire(state)
         if changes.added:
             self._exhausted = None
         if resources is not None:
             for endpoint, resource in zip(changes.added, resources, strict=True):
                 state = members[endpoint.id]
-                state.resource = resource
+                if resource is not None:
+                    self.resources[state] = resource
                 if _ready_method(resource) is not None:
                     pool.set_readiness(state, _NOT_READY)
                     self._checks[state] = None
@@ -304,8 +309,8 @@ class Membership:
         if task_group is None:
             self._retiring.add(state)  # no task group to close it in: aclose() will
             return
-        resource, state.resource = state.resource, None
-        if self._close is not None:
+        resource = self.resources.pop(state, None)
+        if self._close is not None and resource is not None:
             task_group.start_soon(self._close_one, resource)
 
     async def _close_one(self, resource: object) -> None:
@@ -331,7 +336,8 @@ class Membership:
         self._rebuild = False
         self._exhausted = None
         for state, resource in zip(states, resources, strict=True):
-            state.resource = resource
+            if resource is not None:
+                self.resources[state] = resource
             self._quarantined.pop(state, None)
             self._cooling.remove(state)
             if _ready_method(resource) is not None:  # a new resource is checked afresh
@@ -380,7 +386,7 @@ class Membership:
         self._rebuild = self._factory is not None and bool(self.pool.members)
         with anyio.CancelScope(shield=True):
             for state in states:
-                resource, state.resource = state.resource, None
+                resource = self.resources.pop(state, None)
                 if resource is not None:
                     await self._close_one(resource)
 
@@ -415,7 +421,7 @@ class Membership:
     async def _check(self, state: EndpointState) -> None:
         if state not in self._checks or self._checks[state] is not None:
             return  # removed before it started, or already being checked
-        ready = _ready_method(state.resource)
+        ready = _ready_method(self.resources.get(state))
         if ready is None:  # pragma: no cover - only resources with ready() are queued
             return
         with anyio.CancelScope() as scope:

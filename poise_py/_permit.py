@@ -57,7 +57,7 @@ class Permit:
     @property
     def resource(self) -> Any:
         """What the balancer's ``endpoint_factory`` built for this endpoint (None without one)."""
-        return self._state.resource
+        return self._exit.resources.get(self._state)
 
     @property
     def decision(self) -> Decision:

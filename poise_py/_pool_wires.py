@@ -43,9 +43,11 @@ class PermitExit:
         waiting: True while callers wait for an eligible endpoint (``acquire(wait=...)``):
             every permit's end then calls ``released`` (a concurrency slot may be free).
         released: tells the wait queue a permit ended.
+        resources: what the endpoint factory built for each member (the membership's
+            table, read by ``Permit.resource``).
     """
 
-    __slots__ = ("clock", "observer_failed", "pool", "released", "verdict", "waiting")
+    __slots__ = ("clock", "observer_failed", "pool", "released", "resources", "verdict", "waiting")
 
     def __init__(
         self,
@@ -53,8 +55,10 @@ class PermitExit:
         clock: Clock,
         verdict: ExitVerdict,
         observer_failed: Callable[[object, Exception], None],
+        resources: dict[EndpointState, object],
     ) -> None:
         self.pool: Pool = pool
+        self.resources: dict[EndpointState, object] = resources
         self.clock: Clock = clock
         self.verdict: ExitVerdict = verdict
         self.observer_failed: Callable[[object, Exception], None] = observer_failed

@@ -367,12 +367,11 @@ class LoadState:
 
     Attributes:
         policy: the knobs.
-        controlled: whether endpoints carry a :class:`LoadControl` and picks are admitted.
+        controlled: whether endpoints carry a :class:`LoadControl` (each member record's
+            ``control``) and picks are admitted.
         adaptive: whether completed calls feed adaptive limits.
         slow_start: the slow-start knobs, or None.
         ramping: the endpoints in slow start, oldest first.
-        controls: each member's :class:`LoadControl`, while :attr:`controlled` (kept here,
-            not on the member's record, so the record stays within its cache lines).
         overloaded: when each member last had a load-shaped failure, oldest first (the
             pool's evidence that a timeout or overload answer is the pool's load).
         recallable: the OPEN members ejected for a load-shaped failure, with when: the
@@ -387,7 +386,6 @@ class LoadState:
     adaptive: bool
     slow_start: RampShape | None
     ramping: dict[Any, None]
-    controls: dict[Any, LoadControl]
     overloaded: dict[Any, float]
     recallable: dict[Any, float]
     recalls: dict[Any, float]
@@ -396,7 +394,6 @@ class LoadState:
     __slots__ = (
         "adaptive",
         "controlled",
-        "controls",
         "overloaded",
         "policy",
         "ramping",
@@ -412,7 +409,6 @@ class LoadState:
         self.adaptive = policy.adaptive is not None
         self.slow_start = policy.slow_start
         self.ramping = {}
-        self.controls = {}
         self.overloaded = {}
         self.recallable = {}
         self.recalls = {}

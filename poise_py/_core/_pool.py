@@ -225,7 +225,7 @@ class Pool:
         for endpoint in updated:
             state = members[endpoint.id]
             old = state.endpoint
-            control = self.load.controls.get(state)
+            control = state.control
             if control is not None:
                 control.recap(self._cap(endpoint))
             if (old.tier, old.zone, old.weight) == (endpoint.tier, endpoint.zone, endpoint.weight):
@@ -242,9 +242,8 @@ class Pool:
         if fresh:
             self._join_fresh(fresh)
             if self.load.controlled:
-                controls = self.load.controls
                 for state in fresh.values():
-                    controls[state] = self._new_control(state.endpoint)
+                    state.control = self._new_control(state.endpoint)
                     if slow_start:  # the first members start together: nothing to ramp against
                         self._ramp(state, now)
         self.guard.resize(len(members))
@@ -260,7 +259,7 @@ class Pool:
         """The first endpoint with its own ``max_in_flight`` arrived: every member gets a LoadControl."""
         self.load.controlled = True
         for state in self.members.values():
-            self.load.controls[state] = self._new_control(state.endpoint)
+            state.control = self._new_control(state.endpoint)
 
     def _new_control(self, endpoint: Endpoint) -> LoadControl:
         """A fresh LoadControl for ``endpoint``: its fixed cap, and its own adaptive limiter if one is on."""
@@ -344,7 +343,7 @@ class Pool:
             state, choice = self._route(key, exclude)
         load = self.load
         if load.controlled:
-            control = load.controls.get(state)
+            control = state.control
             if control is not None and (state.inflight >= control.limit or control.thins):
                 state, choice = self._admit(state, choice, key, exclude, now)
         ticket = state.admit  # the hot path: CLOSED (see Circuit.try_acquire)
@@ -445,7 +444,7 @@ class Pool:
         thinned: tuple[EndpointState, Decision] | None = None
         limited = 0
         while True:
-            control = self.load.controls.get(state)
+            control = state.control
             tier: int | None = None
             if control is not None and state.inflight >= control.limit:
                 limited += 1
@@ -488,7 +487,7 @@ class Pool:
         """When a slot is likely to free: now plus the shortest long-term latency an adaptive limit measured."""
         shortest: float | None = None
         for state in self.members.values():
-            control = self.load.controls.get(state)
+            control = state.control
             limiter = None if control is None else control.limiter
             rtt = getattr(limiter, "long_rtt", None)
             if isinstance(rtt, float) and rtt > 0 and (shortest is None or rtt < shortest):
@@ -497,7 +496,7 @@ class Pool:
 
     def _ramp(self, state: EndpointState, now: float) -> None:
         """Start ``state``'s slow start now."""
-        control = self.load.controls.get(state)
+        control = state.control
         if control is None or self.load.slow_start is None:
             return
         control.ramp(now)
@@ -506,7 +505,7 @@ class Pool:
         self.listener.ramp(state, started=True)
 
     def _end_ramp(self, state: EndpointState) -> None:
-        control = self.load.controls.get(state)
+        control = state.control
         if control is not None and control.ramp_since is not None:
             control.ramp(None)
             self.load.ramping.pop(state, None)
@@ -515,7 +514,7 @@ class Pool:
 
     def ramp_factor(self, state: EndpointState, now: float) -> float:
         """The share of its weight ``state`` gets now: its slow-start factor times its quota's share."""
-        control = self.load.controls.get(state)
+        control = state.control
         if control is None:
             return 1.0
         slow_start = self.load.slow_start
@@ -525,7 +524,7 @@ class Pool:
 
     def _sample(self, state: EndpointState, latency: float, in_flight: int, fault: Fault | None) -> None:
         """Feed a completed call to ``state``'s adaptive limit; tell the listener when it moved."""
-        control = self.load.controls.get(state)
+        control = state.control
         if control is None:
             return
         limiter = control.limiter
@@ -545,7 +544,7 @@ class Pool:
 
     def control(self, state: EndpointState) -> LoadControl | None:
         """``state``'s concurrency limit and slow start, or None while no load knob is on."""
-        return self.load.controls.get(state)
+        return state.control
 
     def _no_eligible(self, exclude: Collection[str], *, refused: int | None = None) -> EmptyPool | NoEligibleEndpoints:
         return no_eligible(self.members.values(), exclude, refused)
@@ -590,7 +589,7 @@ class Pool:
         Every timed call's path: :meth:`_sample` written out (the limiter is called
         directly, and the endpoint's limit is recomputed only when the limiter's moved).
         """
-        control = self.load.controls.get(state)
+        control = state.control
         if control is not None:
             limiter = control.limiter
             if limiter is not None:
@@ -689,7 +688,8 @@ class Pool:
             return
         if not self.load.controlled:
             self._take_control()
-        control = self.load.controls[state]
+        control = state.control
+        assert control is not None  # noqa: S101 - taken control of just above
         if remaining > 0:
             control.set_quota(remaining)
             control.set_share(share)
@@ -1167,7 +1167,6 @@ class Pool:
         view = self._view
         for table in (
             load.ramping,
-            load.controls,
             load.overloaded,
             load.recallable,
             load.recalls,

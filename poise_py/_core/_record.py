@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from mypy_extensions import i32
 
     from ._circuit_policy import CircuitPolicy
+    from ._limits import LoadControl
     from ._routing import Scope
 
 UNMEASURED = -math.inf
@@ -162,6 +163,7 @@ class EndpointState(Tally):
         "admin",
         "cancellations",
         "circuit",
+        "control",
         "counted",
         "dpos",
         "endpoint",
@@ -174,7 +176,6 @@ class EndpointState(Tally):
         "ppos",
         "probes",
         "readiness",
-        "resource",
         "stale",
         "was_degraded",
         "was_ejected",
@@ -214,8 +215,9 @@ class EndpointState(Tally):
         self.readiness: IneligibleReason | None = None
         """NOT_READY or QUARANTINED while its readiness check keeps it out, QUOTA while its
         provider's quota is spent (the pool's rest), else None."""
-        self.resource: object = None
-        """What the balancer's endpoint factory built for it (``Permit.resource``)."""
+        self.control: LoadControl | None = None
+        """Its concurrency limit and slow start, while any load knob is on (the pool's, kept
+        here so that a selection reads it without a look-up)."""
 
     @property
     def id(self) -> str:

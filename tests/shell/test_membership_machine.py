@@ -229,12 +229,13 @@ class MembershipMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_resource_is_live_in_use_or_closed_once(self) -> None:
-        live = {id(s.resource) for s in self.pool.members.values()}
-        in_use = {id(s.resource) for s, _ in self.permits if not s.live}
+        resources = self.membership.resources
+        live = {id(resources.get(s)) for s in self.pool.members.values()}
+        in_use = {id(resources.get(s)) for s, _ in self.permits if not s.live}
         for resource in self.built:
             if id(resource) in live:
                 assert resource.closed == 0
-                assert self.pool.members[resource.endpoint.id].resource is resource
+                assert resources.get(self.pool.members[resource.endpoint.id]) is resource
             elif id(resource) in in_use:
                 assert resource.closed == 0
             else:
