@@ -119,8 +119,7 @@ class AIMDLimiter(RunningLimit):
         timeout = self._timeout
         if drop or (timeout is not None and rtt > timeout):
             limit = int(limit * self._backoff)
-            if limit < self._min:
-                limit = self._min
+            limit = max(limit, self._min)
         elif in_flight * 2 >= limit:
             if limit < self._max:
                 limit += 1

@@ -15,12 +15,12 @@ the scenario's traffic.
 
 from __future__ import annotations
 
+from ._engine import SETTLE_TIME as SETTLE_TIME
 from ._engine import Configuration as Configuration
 from ._engine import DiscoverySpec as DiscoverySpec
 from ._engine import Engine as Engine
 from ._engine import Fleet as Fleet
 from ._engine import Outcomes as Outcomes
-from ._engine import SETTLE_TIME as SETTLE_TIME
 from ._engine import Reporting as Reporting
 from ._engine import RunResult as RunResult
 from ._engine import Sample as Sample

@@ -424,7 +424,9 @@ def test_overload_an_adaptive_limit_with_a_latency_target_settles_within_a_quart
     # average takes the queued latency as its baseline (docs/overload.md).
     for name in ("poise_py, Gradient2", "poise_py, AIMD"):
         limits = results[name].mean_limits()
-        assert all(limit is not None and limit > 2 * capacity for limit, capacity in zip(limits, capacities, strict=True))
+        assert all(
+            limit is not None and limit > 2 * capacity for limit, capacity in zip(limits, capacities, strict=True)
+        )
     # A configuration without an adaptive limit has none to show.
     assert results["poise_py, max_in_flight 8"].mean_limits() == (None,) * 6
 
