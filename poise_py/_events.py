@@ -254,11 +254,12 @@ class CoordinationFallback(BalancerEvent):
 
 @attrs.frozen(kw_only=True)
 class SlowStartBegan(BalancerEvent):
-    """An endpoint began its slow start (``LoadBalancer(slow_start=...)``).
+    """An endpoint began its slow start (``LoadBalancer(slow_start=...)``, or after a recall).
 
     It joined a serving pool, or came back (its circuit closed after an ejection, active
     health let it back, an operator re-enabled it); its share of the traffic now ramps up
-    over the window.
+    over the window. Without ``slow_start``, an endpoint recalled for the pool's load whose
+    probe passes ramps up over the circuit policy's ``overload_window`` (docs/overload.md).
 
     Attributes:
         endpoint_id: the endpoint.

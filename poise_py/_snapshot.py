@@ -231,10 +231,10 @@ def endpoint_snapshot(
         limiter = control.limiter
         concurrency_limit = None if limiter is None else limiter.limit
         since = control.ramp_since
-        slow_start = pool.load.slow_start
-        if since is not None and slow_start is not None:
+        shape = control.shape
+        if since is not None and shape is not None:
             at = since if now is None or not now >= since else now  # NaN off the balancer's thread
-            ramp_progress = min(1.0, (at - since) / slow_start.window)
+            ramp_progress = min(1.0, (at - since) / shape.window)
             weight *= pool.ramp_factor(state, at)
         else:
             weight *= control.share

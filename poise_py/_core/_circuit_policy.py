@@ -83,8 +83,11 @@ class CircuitPolicy:
             timeout, HTTP 503 or 504, gRPC DEADLINE_EXCEEDED) while
             another endpoint had one within this window is the pool's load, not this
             endpoint's fault: no strike, so queueing across the pool never ejects one
-            endpoint after another. A failure one endpoint has alone still counts.
-            ``None``: every failure is the endpoint's own (the behaviour before 0.3).
+            endpoint after another. A failure one endpoint has alone still counts, but
+            an endpoint ejected for one is restored when an endpoint in rotation fails
+            the same way within this window after, and one recalled for the pool's load
+            ramps back over this long (docs/overload.md). ``None``: every failure is the
+            endpoint's own (the behaviour before 0.3).
     """
 
     consecutive_failures: int | None = 5

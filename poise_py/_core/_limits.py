@@ -247,6 +247,8 @@ class LoadControl:
         limit: the least of the cap, the adaptive limit and the quota: it is not a
             candidate while this many calls are in flight.
         ramp_since: when its slow start began, or None when it is not ramping.
+        shape: the ramp it follows while :attr:`ramp_since` is set (the balancer's slow
+            start, or the one after a recall), else None.
         share: the share of its provider's quota left (1.0 while none was said): its
             effective weight falls with it.
         thins: whether a pick of it is kept only with some probability (it ramps, or its
@@ -260,10 +262,11 @@ class LoadControl:
     quota: int
     ramp_since: float | None
     reported: int
+    shape: RampShape | None
     share: float
     thins: bool
 
-    __slots__ = ("cap", "limit", "limiter", "quota", "ramp_since", "reported", "share", "thins")
+    __slots__ = ("cap", "limit", "limiter", "quota", "ramp_since", "reported", "shape", "share", "thins")
 
     def __init__(self, cap: int, limiter: RunningLimit | None) -> None:
         self.cap = cap
@@ -271,15 +274,24 @@ class LoadControl:
         self.quota = UNLIMITED
         self.limit = cap if limiter is None else min(cap, limiter.limit)
         self.ramp_since = None
+        self.shape = None
         self.share = 1.0
         self.thins = False
         self.reported = self.limit
         """The limit last reported as an event (telemetry's bookkeeping)."""
 
-    def ramp(self, since: float | None) -> None:
-        """Start (at ``since``) or end (None) its slow start."""
+    def ramp(self, since: float | None, shape: RampShape | None = None) -> None:
+        """Start (at ``since``, following ``shape``) or end (``since`` None) its slow start."""
         self.ramp_since = since
+        self.shape = shape if since is not None else None
         self.thins = since is not None or self.share < 1.0
+
+    def factor(self, now: float) -> float:
+        """The share of its weight its ramp gives it at ``now`` (1.0 when it is not ramping)."""
+        since, shape = self.ramp_since, self.shape
+        if since is None or shape is None:
+            return 1.0
+        return min(1.0, shape.factor(now - since))
 
     def set_share(self, share: float) -> None:
         """Take the share of its provider's quota left (0 to 1; 1.0: whole, or none said)."""
@@ -370,6 +382,9 @@ class LoadState:
             ``control``) and picks are admitted.
         adaptive: whether completed calls feed adaptive limits.
         slow_start: the slow-start knobs, or None.
+        recall_ramp: the ramp an endpoint recalled for the pool's load follows when its probe
+            passes while no slow start is configured (over the circuit policy's
+            ``overload_window``), or None.
         ramping: the endpoints in slow start, oldest first.
         overloaded: when each member last had a load-shaped failure, oldest first (the
             pool's evidence that a timeout or overload answer is the pool's load).
@@ -384,6 +399,7 @@ class LoadState:
     controlled: bool
     adaptive: bool
     slow_start: RampShape | None
+    recall_ramp: RampShape | None
     ramping: dict[Any, None]
     overloaded: dict[Any, float]
     recallable: dict[Any, float]
@@ -396,17 +412,19 @@ class LoadState:
         "overloaded",
         "policy",
         "ramping",
+        "recall_ramp",
         "recallable",
         "recalls",
         "shared_faults",
         "slow_start",
     )
 
-    def __init__(self, policy: LoadKnobs) -> None:
+    def __init__(self, policy: LoadKnobs, recall_ramp: RampShape | None = None) -> None:
         self.policy = policy
         self.controlled = policy.limits or policy.slow_start is not None
         self.adaptive = policy.adaptive is not None
         self.slow_start = policy.slow_start
+        self.recall_ramp = recall_ramp
         self.ramping = {}
         self.overloaded = {}
         self.recallable = {}

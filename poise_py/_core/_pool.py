@@ -33,9 +33,9 @@ from .._errors import EmptyPool, IneligibleReason, NoEligibleEndpoints, Overload
 from .._faults import Fault
 from ._circuit import Cause, CircuitState, PanicTicket, Ticket, Transition
 from ._circuit_policy import CircuitPolicy
-from ._concurrency import LoadPolicy
+from ._concurrency import LoadPolicy, SlowStart
 from ._ejection import EjectionGuard, rate_quorum, rotation_answers
-from ._limits import UNLIMITED, LoadControl, LoadState
+from ._limits import UNLIMITED, LoadControl, LoadState, RampShape
 from ._listener import NullListener, PoolListener
 from ._load_signals import Answers, LoadSignal
 from ._outlier import OutlierSampler
@@ -112,7 +112,10 @@ class Pool:
         load: LoadPolicy | None = None,
     ) -> None:
         self.circuit_policy = circuit
-        self.load = LoadState(load if load is not None else LoadPolicy())
+        window = circuit.overload_window
+        self.load = LoadState(
+            load if load is not None else LoadPolicy(), None if window is None else SlowStart(window=window)
+        )
         """The load knobs and the endpoints in slow start (one attribute: CPython shares an
         instance dict's keys only up to 30 of them, and the hot path reads this object's)."""
         self._rng = rng
@@ -413,11 +416,8 @@ class Pool:
         A ramp whose window has passed ends here.
         """
         factor = control.share
-        since = control.ramp_since
-        if since is not None:
-            slow_start = self.load.slow_start
-            assert slow_start is not None  # noqa: S101 - only ramps with slow start
-            ramp = slow_start.factor(now - since)
+        if control.ramp_since is not None:
+            ramp = control.factor(now)
             if ramp >= 1.0:
                 self._end_ramp(state)
             else:
@@ -494,12 +494,18 @@ class Pool:
                 shortest = rtt
         return None if shortest is None else now + shortest
 
-    def _ramp(self, state: EndpointState, now: float) -> None:
-        """Start ``state``'s slow start now."""
+    def _ramp(self, state: EndpointState, now: float, shape: RampShape | None = None) -> None:
+        """Start ``state``'s slow start now, following ``shape`` (default: the balancer's slow start)."""
+        if shape is None:
+            shape = self.load.slow_start
+            if shape is None:
+                return
+        if not self.load.controlled:
+            self._take_control()  # a recall's ramp with no load knob on: every member gets a control
         control = state.control
-        if control is None or self.load.slow_start is None:
+        if control is None:
             return
-        control.ramp(now)
+        control.ramp(now, shape)
         self.load.ramping[state] = None
         self.clocked = True
         self.listener.ramp(state, started=True)
@@ -517,10 +523,7 @@ class Pool:
         control = state.control
         if control is None:
             return 1.0
-        slow_start = self.load.slow_start
-        if control.ramp_since is None or slow_start is None:
-            return control.share
-        return min(1.0, slow_start.factor(now - control.ramp_since)) * control.share
+        return control.factor(now) * control.share
 
     def _sample(self, state: EndpointState, latency: float, in_flight: int, fault: Fault | None) -> None:
         """Feed a completed call to ``state``'s adaptive limit; tell the listener when it moved."""
@@ -1064,20 +1067,20 @@ class Pool:
             self._push(circuit.reopen_at, state, circuit.epoch)
 
     def _moved(self, state: EndpointState, transition: Transition) -> None:
+        load = self.load
+        recalled = state in load.recalls  # recalled for the pool's load since it was ejected
         if transition.target is not _OPEN and transition.target is not _HALF_OPEN:
-            self.load.recallable.pop(state, None)  # readmitted, blocked or retired: no longer ejected for load
-            self.load.recalls.pop(state, None)
+            load.recallable.pop(state, None)  # readmitted, blocked or retired: no longer ejected for load
+            load.recalls.pop(state, None)
         if transition.target is _OPEN and transition.reopen_at is not None:
             self._push(transition.reopen_at, state, transition.epoch)
-        elif (
-            transition.target is _CLOSED
-            and transition.source is not _CLOSED
-            and transition.cause is not _POOL_LOADED
-            and self.load.slow_start is not None
-        ):
-            # Readmitted after an ejection: ramp back up. An ejection undone (POOL_LOADED)
-            # was the pool's load, never its own: it takes its share back at once.
-            self._ramp(state, transition.at)
+        elif transition.target is _CLOSED and transition.source is not _CLOSED and transition.cause is not _POOL_LOADED:
+            # Readmitted after an ejection: ramp back up, with the balancer's slow start, or
+            # (none configured) over the overload window after a recall: it was out while
+            # the pool was loaded, and its full share at once would overload it again. An
+            # ejection undone (POOL_LOADED) was the pool's load, never its own: it takes
+            # its share back at once.
+            self._ramp(state, transition.at, None if load.slow_start is not None or not recalled else load.recall_ramp)
         self._sync(state)
         self.listener.transition(state, transition)
         if self.guard.next_to_eject() is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 import poise_py as poise
 from poise_py._core._circuit import Circuit, Ticket, Transition
 from poise_py._core._concurrency import LoadPolicy
@@ -267,3 +269,45 @@ def test_with_slow_start_a_recalled_endpoint_that_passes_its_probe_ramps_up() ->
     a = state_of(pool, "a")
     assert a.circuit.state is CLOSED
     assert pool.ramp_factor(a, 12.5) < 0.5  # readmitted by a probe: Envoy's ramp
+
+
+def test_without_slow_start_a_recalled_endpoint_that_passes_its_probe_ramps_over_the_overload_window() -> None:
+    pool = pool_of("a", "b", "c")  # no load knob on at all
+    eject_for_load(pool, "a", 0.0)
+    fail_on(pool, "c", 10.8, overload=True)
+    fail_on(pool, "b", 11.0, overload=True)  # the pool's load, past the window: recalled
+    probe(pool, "a", 11.5, None)
+    a = state_of(pool, "a")
+    assert a.circuit.state is CLOSED
+    # It was out while the pool was loaded: its full share at once would overload it again.
+    # Envoy's ramp over overload_window (10 s): max(min_weight, t / window).
+    assert pool.ramp_factor(a, 12.5) == pytest.approx(0.1)
+    assert pool.ramp_factor(a, 16.5) == pytest.approx(0.5)
+    assert pool.ramp_factor(a, 21.5) == 1.0
+    for other in ("b", "c"):
+        assert pool.ramp_factor(state_of(pool, other), 12.5) == 1.0
+
+
+def test_without_slow_start_nothing_else_ramps() -> None:
+    # Restored (its ejection undone), or back after its open window with no recall, or
+    # ejected for an ordinary failure: its full share at once, as before.
+    pool = pool_of("a", "b", "c")
+    eject_for_load(pool, "a", 0.0)
+    fail_on(pool, "b", 1.0, overload=True)
+    assert state_of(pool, "a").circuit.state is CLOSED
+    assert pool.ramp_factor(state_of(pool, "a"), 1.5) == 1.0
+
+    pool = pool_of("a", "b", "c")
+    eject_for_load(pool, "a", 0.0)
+    reopen_at = state_of(pool, "a").circuit.reopen_at
+    assert reopen_at is not None
+    probe(pool, "a", reopen_at + 0.1, None)  # its window ran out: a probe, no recall
+    assert state_of(pool, "a").circuit.state is CLOSED
+    assert pool.ramp_factor(state_of(pool, "a"), reopen_at + 1.0) == 1.0
+
+    pool = pool_of("a", "b", "c", circuit=poise.CircuitPolicy(max_ejection_percent=1.0, overload_window=None))
+    eject_for_load(pool, "a", 0.0)  # every failure its own: no recall, no ramp
+    reopen_at = state_of(pool, "a").circuit.reopen_at
+    assert reopen_at is not None
+    probe(pool, "a", reopen_at + 0.1, None)
+    assert pool.ramp_factor(state_of(pool, "a"), reopen_at + 1.0) == 1.0

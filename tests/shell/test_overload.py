@@ -196,6 +196,7 @@ async def test_an_endpoint_ejected_for_load_is_restored_when_one_in_rotation_fai
         )
         async with lb.acquire(exclude={"b", "c"}) as permit:
             assert not permit.probe
+        assert not [e for e in events if isinstance(e, poise.SlowStartBegan)]  # never its own: no ramp
 
 
 async def test_an_endpoint_ejected_for_load_is_recalled_when_the_pool_shows_load_later() -> None:
@@ -212,3 +213,10 @@ async def test_an_endpoint_ejected_for_load_is_recalled_when_the_pool_shows_load
         async with lb.acquire(exclude={"b", "c"}) as probe:
             assert probe.probe
         assert lb.snapshot()["a"].state is poise.CircuitState.CLOSED
+        # Out while the pool was loaded: it ramps back up over overload_window (10 s), with
+        # no slow start configured.
+        (began,) = [e for e in events if isinstance(e, poise.SlowStartBegan)]
+        assert (began.endpoint_id, began.at) == ("a", clock.now)
+        clock.advance(5.0)
+        assert lb.snapshot()["a"].ramp_progress == pytest.approx(0.5)
+        assert lb.snapshot()["b"].ramp_progress is None
