@@ -313,14 +313,6 @@ class LoadControl:
         self.quota = quota
         self._relimit()
 
-    def sample(self, rtt: float, in_flight: int, *, drop: bool) -> int | None:
-        """Feed a completed call to the adaptive limit; the new limit if it changed, else None."""
-        limiter = self.limiter
-        if limiter is None:
-            return None
-        limiter.sample(rtt, in_flight, drop=drop)
-        return self.relimited()
-
     def relimited(self) -> int | None:
         """Take the adaptive limit's latest value into :attr:`limit`; the new limit if it changed, else None."""
         before = self.limit

@@ -587,18 +587,8 @@ class Pool:
                 self._observe(state, now - started, now)
 
     def _observe_adaptive(self, state: EndpointState, latency: float, now: float) -> None:
-        """A CLOSED success's latency, with an adaptive limit on: sample it, then measure it.
-
-        Every timed call's path: :meth:`_sample` written out (the limiter is called
-        directly, and the endpoint's limit is recomputed only when the limiter's moved).
-        """
-        control = state.control
-        if control is not None:
-            limiter = control.limiter
-            if limiter is not None:
-                before = limiter.limit
-                if limiter.sample(latency, state.inflight + 1, drop=False) != before:  # in flight when it completed
-                    self._limit_moved(state, control)
+        """A CLOSED success's latency, with an adaptive limit on: sample it, then measure it."""
+        self._sample(state, latency, state.inflight + 1, None)  # in flight when it completed
         if self._measure is not None:
             self._measure(state, latency, now)
 
