@@ -525,15 +525,15 @@ class Pool:
             return 1.0
         return control.factor(now) * control.share
 
-    def _sample(self, state: EndpointState, latency: float, in_flight: int, fault: Fault | None) -> None:
-        """Feed a completed call to ``state``'s adaptive limit; tell the listener when it moved."""
+    def _sample(self, state: EndpointState, latency: float, in_flight: int, *, drop: bool) -> None:
+        """Feed a completed call to ``state``'s adaptive limit (``drop``: an overload signal); tell the listener when it moved."""
         control = state.control
         if control is None:
             return
         limiter = control.limiter
         if limiter is not None:
             before = limiter.limit
-            if limiter.sample(latency, in_flight, drop=fault in _DROPS) != before:
+            if limiter.sample(latency, in_flight, drop=drop) != before:
                 self._limit_moved(state, control)
 
     def _limit_moved(self, state: EndpointState, control: LoadControl) -> None:
@@ -588,7 +588,7 @@ class Pool:
 
     def _observe_adaptive(self, state: EndpointState, latency: float, now: float) -> None:
         """A CLOSED success's latency, with an adaptive limit on: sample it, then measure it."""
-        self._sample(state, latency, state.inflight + 1, None)  # in flight when it completed
+        self._sample(state, latency, state.inflight + 1, drop=False)  # in flight when it completed
         if self._measure is not None:
             self._measure(state, latency, now)
 
@@ -748,7 +748,7 @@ class Pool:
             self.release_orphans()
         if latency is not None and self._observe is not None and state.live:
             if self.load.adaptive:  # a completed call; cancellations are never sampled
-                self._sample(state, latency, state.inflight + 1, fault)  # in flight when it completed
+                self._sample(state, latency, state.inflight + 1, drop=fault in _DROPS)  # in flight when it completed
             if self._measure is not None:
                 if fault in _DROPS and latency < self.answers.latency_floor:
                     latency = self.answers.latency_floor  # a failure costs at least the penalty
