@@ -526,7 +526,7 @@ class Pool:
         return control.factor(now) * control.share
 
     def _sample(self, state: EndpointState, latency: float, in_flight: int, *, drop: bool) -> None:
-        """Feed a completed call to ``state``'s adaptive limit (``drop``: an overload signal); tell the listener when it moved."""
+        """Feed a completed call to ``state``'s adaptive limit (``drop``: an overload signal); report a move."""
         control = state.control
         if control is None:
             return
