@@ -204,25 +204,31 @@ class LoadBalancer(PermitIssuer):
         self._clock = Clock(clock or anyio.current_time)
         self._rng = random.Random(seed)  # noqa: S311 - not for security
         self._drain_waiters: dict[EndpointState, anyio.Event] = {}
+        # Each part gets what it needs in its constructor. The pool comes first, the parts
+        # that read it next, and the listener through which the pool reports to them last:
+        # ``Pool.listen`` is the one link made afterwards (the pool and those parts refer to
+        # each other), with the permits' exit and the wait queue's (each tells the other).
         self._timer = Timer()
-        listener = BalancerListener(self._now, self._timer.wake, self._drain_waiters)
-        self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, listener=listener, load=load)
+        wake = self._timer.wake
+        self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, load=load)
         resources: dict[EndpointState, object] = {}  # the endpoint factory's, per member
         self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed, resources)
         self._waiting = WaitQueue(
             self._select,
             self._waiter_refused,
             self._now,
-            self._timer.wake,
+            wake,
             self._exit.signal,
             demand=self._waiter_demand,
         )
-        listener.replan = self._waiting.changed
         self._exit.released = self._waiting.changed
+        self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit, wake=wake)
         self._health: HealthRunner | None = None
         if health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
-            self._health = HealthRunner(health_check, self._pool, health_rng.random)
+            self._health = HealthRunner(
+                health_check, self._pool, health_rng.random, wake=wake, on_change=self._telemetry.health_changed
+            )
         self._membership = Membership(
             self._pool,
             resources,
@@ -230,6 +236,23 @@ class LoadBalancer(PermitIssuer):
             close=endpoint_close,
             readiness=readiness,
             on_change=None if self._health is None else self._health.apply,
+            wake=wake,
+        )
+        self._coordinator = None
+        if coordination is not None:
+            self._coordinator = Coordinator(
+                coordination, self._pool, circuit, self._rng, on_fallback=self._coordination_fallback
+            )
+        self._pool.listen(
+            BalancerListener(
+                self._now,
+                wake,
+                self._drain_waiters,
+                telemetry=self._telemetry,
+                membership=self._membership,
+                coordinator=self._coordinator,
+                replan=self._waiting.changed,
+            )
         )
         self._discovery_over = False
         self._cancelled: type[BaseException] = BaseException
@@ -240,11 +263,6 @@ class LoadBalancer(PermitIssuer):
         self._gate = 0
         self._budget = Budget(retry_budget)
         self._call_observers = ()
-        self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit)
-        listener.telemetry = self._telemetry
-        listener.membership = self._membership
-        if self._health is not None:
-            self._health.on_change = self._telemetry.health_changed
         self._internals = BalancerInternals(
             clock=self._now,  # __aenter__ rebinds self._clock; _now reads the current one
             budget=self._budget,
@@ -256,17 +274,6 @@ class LoadBalancer(PermitIssuer):
             random=self._rng.random,
         )
         """The one internal interface contrib and the simulator use (see ``_internal.py``)."""
-        wake = self._timer.wake
-        self._membership.wake = wake
-        self._telemetry.wake = wake
-        if self._health is not None:
-            self._health.wake = wake
-        self._coordinator = None
-        if coordination is not None:
-            self._coordinator = Coordinator(
-                coordination, self._pool, circuit, self._rng, on_fallback=self._coordination_fallback
-            )
-            listener.coordinator = self._coordinator
         # The one timer's clients (see poise_py._timer): another client is one more entry.
         parts: tuple[TimerClient | None, ...] = (
             self._pool,

@@ -44,17 +44,25 @@ class HealthRunner:
         unit: returns a float uniform in [0, 1), for jitter.
     """
 
-    def __init__(self, check: HealthCheck, pool: Pool, unit: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        check: HealthCheck,
+        pool: Pool,
+        unit: Callable[[], float],
+        *,
+        wake: Callable[[], None] | None = None,
+        on_change: Callable[[EndpointState, HealthStatus | None, HealthStatus, float], None] | None = None,
+    ) -> None:
         self.check = check
         self.scheduler = HealthScheduler(check, unit)
         self._pool = pool
         self._clock: Callable[[], float] = anyio.current_time
         self._task_group: anyio.abc.TaskGroup | None = None
-        self.wake: Callable[[], None] = _nothing
+        self.wake: Callable[[], None] = _nothing if wake is None else wake
         """Tell the balancer's timer that the next deadline may have moved."""
         self.unejected = 0
         """Passively ejected circuits closed by a passing probe."""
-        self.on_change: Callable[[EndpointState, HealthStatus | None, HealthStatus, float], None] | None = None
+        self.on_change: Callable[[EndpointState, HealthStatus | None, HealthStatus, float], None] | None = on_change
         """Called when a probe result changes an endpoint's classification (telemetry)."""
 
     # -- glue (synchronous; every decision is here) --------------------------------------

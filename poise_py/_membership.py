@@ -147,6 +147,7 @@ class Membership:
         close: EndpointClose | None = None,
         readiness: Readiness | None = None,
         on_change: ChangeHook | None = None,
+        wake: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
         self.resources: dict[EndpointState, object] = {} if resources is None else resources
@@ -173,7 +174,7 @@ class Membership:
         self._clock: Callable[[], float] | None = None
         self.readiness_failures = 0
         """Failed ``ready()`` checks (saturating)."""
-        self.wake: Callable[[], None] = _nothing
+        self.wake: Callable[[], None] = _nothing if wake is None else wake
         """Tell the balancer's timer that the next cool-down may have moved."""
 
     # -- updates -----------------------------------------------------------------------

@@ -145,9 +145,14 @@ class BalancerListener:
         clock: reads the balancer's current clock, to date panic and degradation events.
         wake: wakes the timer task (a new deadline).
         drain_waiters: ``LoadBalancer.drained`` callers, by endpoint (shared with it).
+        telemetry: counts, logs and emits what the pool reports.
+        membership: releases a departed endpoint's resource once it is idle.
+        coordinator: mirrors circuit moves to the fleet, or None.
+        replan: told when the set of endpoints that may take permits changed (the wait queue).
 
-    The balancer sets :attr:`telemetry`, :attr:`membership` and :attr:`coordinator` once
-    it has built them (they are built after the pool, which needs the listener).
+    Every part it fans out to is built before it, each with the pool; the pool is then
+    given this listener (``Pool.listen``): the one link made after construction, because
+    the pool and the parts that read it report to each other.
     """
 
     def __init__(
@@ -155,14 +160,19 @@ class BalancerListener:
         clock: Callable[[], float],
         wake: Callable[[], None],
         drain_waiters: dict[EndpointState, anyio.Event],
+        *,
+        telemetry: Telemetry | None = None,
+        membership: Membership | None = None,
+        coordinator: Coordinator | None = None,
+        replan: Callable[[], None] | None = None,
     ) -> None:
         self.clock = clock
         self.wake = wake
         self.drain_waiters = drain_waiters
-        self.telemetry: Telemetry | None = None
-        self.membership: Membership | None = None
-        self.coordinator: Coordinator | None = None
-        self.replan: Callable[[], None] = _nothing
+        self.telemetry: Telemetry | None = telemetry
+        self.membership: Membership | None = membership
+        self.coordinator: Coordinator | None = coordinator
+        self.replan: Callable[[], None] = _nothing if replan is None else replan
         """Told when the set of endpoints that may take permits changed (the wait queue)."""
 
     def transition(self, state: EndpointState, transition: Transition) -> None:

@@ -226,11 +226,18 @@ class Telemetry:
         log_limit: the per-key log rate limit.
     """
 
-    def __init__(self, pool: Pool, *, alert_after: float | None, log_limit: LogLimit) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        alert_after: float | None,
+        log_limit: LogLimit,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         self._pool = pool
         self.log: LimitedLog = LimitedLog(log_limit)
         self.alert: NoEligibleAlert = NoEligibleAlert(alert_after)
-        self.wake: Callable[[], None] = _nothing
+        self.wake: Callable[[], None] = _nothing if wake is None else wake
         """Tell the balancer's timer that the alert's next look may have moved."""
         self._observers: list[Observer] = []
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()

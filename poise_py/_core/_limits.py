@@ -83,6 +83,7 @@ class RunningLimit:
 class AIMDLimiter(RunningLimit):
     """One endpoint's ``AIMD`` limit (the knobs copied in: read on every completed call)."""
 
+    limit: int
     _min: int
     _max: int
     _backoff: float
@@ -163,6 +164,7 @@ class Gradient2Limiter(RunningLimit):
     """One endpoint's ``Gradient2`` limit (kept as a float, read as a whole number; the knobs copied in)."""
 
     estimate: float
+    limit: int
     _min: float
     _max: float
     _tolerance: float

@@ -186,6 +186,11 @@ class Pool:
         self.orphans: list[tuple[EndpointState, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
 
+    def listen(self, listener: PoolListener) -> None:
+        """Report to ``listener`` from now on (a shell builds its parts with the pool, then its listener with them)."""
+        self.listener = listener
+        self.router.on_panic = listener.panic
+
     # -- membership --------------------------------------------------------------------
 
     def apply(
