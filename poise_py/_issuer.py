@@ -103,7 +103,7 @@ class PermitIssuer:
             return PendingPermit(self._waiting, key, exclude, wait)
         pool = self._pool
         try:
-            selected = pool.select(self._clock.now() if pool.clocked else 0.0, key, exclude)
+            selected = pool.select(self._clock.now() if pool.needs_now else 0.0, key, exclude)
         except SelectionError as exc:
             self._refused(exc)
             raise
@@ -114,7 +114,7 @@ class PermitIssuer:
     def _select(self, key: Hashable | None, exclude: Collection[str]) -> Permit:
         """A waiter's selection: ``acquire``'s, reporting nothing (a waiter's failed try is not a refusal)."""
         pool = self._pool
-        selected = pool.select(self._clock.now() if pool.clocked else 0.0, key, exclude)
+        selected = pool.select(self._clock.now() if pool.needs_now else 0.0, key, exclude)
         if self._call_observers:
             return ObservedPermit(self._exit, selected, self._call_observers)
         return Permit(self._exit, selected)

@@ -71,7 +71,7 @@ class PermitExit:
 
     def succeed(self, state: EndpointState, ticket: Ticket, started: float) -> None:
         """Record a success: the hot path of every call (the clock is read only if the circuit needs the time)."""
-        self.pool.succeed(state, ticket, self.clock.now() if state.clocked else 0.0, started)
+        self.pool.succeed(state, ticket, self.clock.now() if state.success_needs_now else 0.0, started)
         if self.waiting:
             self.released()
 

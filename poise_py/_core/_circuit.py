@@ -21,7 +21,7 @@ spacing. Cancellation releases a slot and touches no window.
 The counts live in the circuit's :class:`~poise_py._core._tally.Tally`: two runs kept in
 one int (SUSPECT/FATAL strikes and TRANSIENT faults; a success ends both, a fault of one
 class never ends the other's) and the volume or outcome window. The tally also carries
-what the CLOSED-success fast path reads (``admit``, ``clocked``, ``slow_limit``), which
+what the CLOSED-success fast path reads (``fast_ticket``, ``success_needs_now``, ``slow_limit``), which
 the circuit sets at every move; a pool's endpoint record is its circuit's tally, so a
 call never touches the circuit itself. A trip the pool's
 ``max_ejection_percent`` refuses leaves the circuit CLOSED but *degraded* (reserve
@@ -256,7 +256,7 @@ class Circuit:
         "_probe_ticket",
         "_recalled_reopen",
         "_slow_base",
-        "_timed",
+        "_times_every_success",
         "_unit",
         "closed_at",
         "degraded",
@@ -282,7 +282,7 @@ class Circuit:
         self, policy: CircuitPolicy, unit: Callable[[], float], now: float, tally: Tally | None = None
     ) -> None:
         self.tally = tally = Tally() if tally is None else tally
-        """The counts, and the fast path's gate (``admit``, ``clocked``, ``counts_only``,
+        """The counts, and the fast path's gate (``fast_ticket``, ``success_needs_now``, ``counts_only``,
         ``slow_limit``), which every move sets."""
         self.policy = policy
         self._unit = unit
@@ -295,13 +295,13 @@ class Circuit:
         )
         tally.set_volume_cap(window.size if isinstance(window, CountWindow) else 0)
         tally.runs = 0
-        self._timed = isinstance(window, TimeWindow)
+        self._times_every_success = isinstance(window, TimeWindow)
         """Whether every success needs the time: a time window, or a pool that times every call."""
         self.state = CircuitState.CLOSED
         self.epoch = 0
         self._closed_ticket = ticket(0, probe=False)
         self._probe_ticket = ticket(0, probe=True)
-        tally.admit = self._closed_ticket
+        tally.fast_ticket = self._closed_ticket
         self.reopen_at: float | None = None
         self.leased = False
         self.probe_limit = 0
@@ -341,14 +341,14 @@ class Circuit:
         return self.state is _B or self.state is _R
 
     @property
-    def admit(self) -> Ticket | None:
+    def fast_ticket(self) -> Ticket | None:
         """The ticket every call gets while CLOSED, else None (kept in the tally, for the hot path)."""
-        return self.tally.admit
+        return self.tally.fast_ticket
 
     @property
-    def clocked(self) -> bool:
+    def success_needs_now(self) -> bool:
         """Whether recording a success needs a real ``now`` (see :meth:`record_success`)."""
-        return self.tally.clocked
+        return self.tally.success_needs_now
 
     @property
     def consecutive_failures(self) -> int:
@@ -428,12 +428,12 @@ class Circuit:
 
         The success is still recorded in place; the pool feeds its latency to the policy.
         """
-        self._timed = True
+        self._times_every_success = True
         self._reclock()
 
     def _reclock(self) -> None:
         tally = self.tally
-        tally.clocked = tally.admit is None or self._timed or tally.slow_limit is not None
+        tally.success_needs_now = tally.fast_ticket is None or self._times_every_success or tally.slow_limit is not None
 
     def cancel(self, ticket: Ticket) -> None:
         """Give a ticket back unused: releases a probe slot, changes no window."""
@@ -830,7 +830,7 @@ class Circuit:
             self._set_degraded(None)
         self._closed_ticket = ticket(epoch, probe=False)
         self._probe_ticket = ticket(epoch, probe=True)
-        self.tally.admit = self._closed_ticket if target is _C else None
+        self.tally.fast_ticket = self._closed_ticket if target is _C else None
         self._reclock()
         self.probes_in_flight = 0
         self.probe_successes = 0

@@ -229,7 +229,7 @@ def rotation_answers(members: Iterable[EndpointState], state: EndpointState, now
     """
     vouched = False
     for other in members:
-        if other is state or not other.listed:
+        if other is state or not other.is_candidate:
             continue
         if not other.circuit.answering(now):
             return False
@@ -244,7 +244,7 @@ def rate_quorum(policy: CircuitPolicy, members: Iterable[EndpointState], now: fl
     volume = policy.minimum_volume
     for state in members:
         circuit = state.circuit
-        if circuit.admit is not None and circuit.window_counts(now)[0] >= volume:  # CLOSED, with the volume
+        if circuit.fast_ticket is not None and circuit.window_counts(now)[0] >= volume:  # CLOSED, with the volume
             needed -= 1
             if not needed:
                 return True

@@ -104,7 +104,7 @@ class OutlierSampler:
             calls = state.successes + failures
             fresh[state] = (calls, failures)
             calls0, failures0 = seen.get(state, (0, 0))
-            if state.circuit.admit is not None:  # CLOSED
+            if state.circuit.fast_ticket is not None:  # CLOSED
                 samples.append((state, calls - calls0, failures - failures0))
         self._seen = fresh
         return success_rate_outliers(self.config, samples)

@@ -412,9 +412,9 @@ class HashPicker:
         self._unit = unit
         self.table = MaglevTable(table_size)
         self._panic = False
-        """Whether candidacy is ``state.ppos >= 0`` (a panic scope) rather than ``state.pos >= 0``."""
+        """Whether candidacy is ``state.panic_pos >= 0`` (a panic scope) rather than ``state.pos >= 0``."""
         self._degraded = False
-        """Whether candidacy is ``state.dpos >= 0`` (a degraded scope)."""
+        """Whether candidacy is ``state.degraded_pos >= 0`` (a degraded scope)."""
         self._weight = 0
         """The candidates' total weight."""
         self._scope: Scope | None = None
@@ -447,7 +447,7 @@ class HashPicker:
 
     def is_candidate(self, state: EndpointState) -> bool:
         """Whether a table member may take the call now (members of this scope only)."""
-        return (state.ppos if self._panic else state.dpos if self._degraded else state.pos) >= 0
+        return (state.panic_pos if self._panic else state.degraded_pos if self._degraded else state.pos) >= 0
 
     def _room(self) -> Callable[[EndpointState], bool] | None:
         """The bounded-load test for this pick, or None when no bound applies (a panic or degraded scope)."""
@@ -471,7 +471,7 @@ class HashPicker:
         h = key_hash(key)
         room = self._room() if self._num else None
         state = slots[h % len(slots)]
-        if (state.ppos if self._panic else state.dpos if self._degraded else state.pos) >= 0 and (
+        if (state.panic_pos if self._panic else state.degraded_pos if self._degraded else state.pos) >= 0 and (
             room is None or room(state)
         ):
             return state

@@ -12,8 +12,8 @@ scope first. Ineligibility reasons are counted only when a selection fails.
 Time comes in as ``now`` and deadlines go out: OPEN circuits (and the success-rate
 evaluation) wait in a heap that :meth:`Pool.next_deadline` reports and
 :meth:`Pool.handle_timer` (the shell's timer, and lazily :meth:`Pool.select`) runs. So the
-shell may skip its clock read on the hot path, :attr:`Pool.clocked` and
-``Circuit.clocked`` say when ``select`` and ``succeed`` need a real ``now``.
+shell may skip its clock read on the hot path, :attr:`Pool.needs_now` and
+``Circuit.success_needs_now`` say when ``select`` and ``succeed`` need a real ``now``.
 Everything the shell must hear goes to one :class:`~poise_py._core._listener.PoolListener`;
 the ``max_ejection_percent`` bookkeeping is the :class:`~poise_py._core._ejection.EjectionGuard`.
 """
@@ -89,8 +89,8 @@ class Pool:
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
-    timed: bool
-    clocked: bool
+    times_calls: bool
+    needs_now: bool
     stores_loads: bool
     totals_loads: bool
     routing: Routing
@@ -136,7 +136,7 @@ class Pool:
         self._observe = self._observe_adaptive if self.load.adaptive else self._measure
         """What a CLOSED success's latency feeds (the policy's observer, an adaptive limit's
         sample, or nothing): one hook, so the hot path tests one attribute for both."""
-        self.timed = (
+        self.times_calls = (
             circuit.measures_latency
             or measures
             or self.load.adaptive
@@ -144,7 +144,7 @@ class Pool:
             or bool(getattr(policy, "reads_time", False))
         )
         """Whether a selection needs the time to time the call."""
-        self.clocked = self.timed
+        self.needs_now = self.times_calls
         """Whether :meth:`select` needs a real ``now``: a timed pool, or a deadline pending."""
         self.listener = listener if listener is not None else NullListener()
         self.stores_loads = bool(getattr(policy, "reads_loads", True))
@@ -327,13 +327,13 @@ class Pool:
     def select(self, now: float, key: Hashable | None = None, exclude: Collection[str] = ()) -> Selection:
         """Choose an endpoint and reserve its ticket, or raise a :class:`SelectionError`.
 
-        ``now`` is used only while :attr:`clocked` (a deadline is pending, or the pool
+        ``now`` is used only while :attr:`needs_now` (a deadline is pending, or the pool
         times its calls): the shell may pass 0.0 otherwise and skip its clock read. It
         is returned with the endpoint, its ticket and the routing decision.
         """
         if self.orphans:
             self.release_orphans()
-        if self.clocked:
+        if self.needs_now:
             self._view.now = now
             deadlines = self._deadlines
             if deadlines and deadlines[0][0] <= now:
@@ -354,7 +354,7 @@ class Pool:
             control = state.control
             if control is not None and (state.inflight >= control.limit or control.thins):
                 state, choice = self._admit(state, choice, key, exclude, now)
-        ticket = state.admit  # the hot path: CLOSED (see Circuit.try_acquire)
+        ticket = state.fast_ticket  # the hot path: CLOSED (see Circuit.try_acquire)
         if ticket is None:
             circuit = state.circuit
             got = circuit.try_acquire(now)
@@ -369,7 +369,7 @@ class Pool:
                     if not circuit.accepting:
                         self._sync(state)
         n = state.inflight = state.inflight + 1
-        if self.stores_loads and state.listed:
+        if self.stores_loads and state.is_candidate:
             state.loads[state.pos] = n
             if self.totals_loads:
                 self._add_load(state, 1)
@@ -512,7 +512,7 @@ class Pool:
             return
         control.ramp(now, shape)
         self.load.ramping[state] = None
-        self.clocked = True
+        self.needs_now = True
         self.listener.ramp(state, started=True)
 
     def _end_ramp(self, state: EndpointState) -> None:
@@ -566,11 +566,11 @@ class Pool:
     def succeed(self, state: EndpointState, ticket: Ticket, now: float, started: float) -> None:
         """Record a successful call, ``started`` being the time :meth:`select` was given.
 
-        ``now`` is used only if ``state.circuit.clocked`` (the success needs the time):
+        ``now`` is used only if ``state.success_needs_now`` (the success needs the time):
         the shell may pass 0.0 otherwise and skip its clock read.
         """
         n = state.inflight = state.inflight - 1
-        if state.listed:
+        if state.is_candidate:
             if self.stores_loads:
                 state.loads[state.pos] = n
                 if self.totals_loads:
@@ -631,7 +631,7 @@ class Pool:
         held[state] = held.get(state, 0) + 1
         self._seq += 1
         heapq.heappush(self.answers.holds, (until, self._seq, state))
-        self.clocked = True  # the selection that passes its end ends it
+        self.needs_now = True  # the selection that passes its end ends it
 
     def _end_holds(self, now: float) -> None:
         """End every hold due at ``now`` (nothing for an endpoint that left the pool)."""
@@ -902,7 +902,7 @@ class Pool:
         RoundRobin call 419 instructions more, 2.9% (``python bench/misses.py --sizes 10``).
         """
         n = state.inflight = state.inflight - 1
-        if state.listed:
+        if state.is_candidate:
             if self.stores_loads:
                 state.loads[state.pos] = n
                 if self.totals_loads:
@@ -948,7 +948,8 @@ class Pool:
 
     def _reclock(self) -> None:
         """Say whether :meth:`select` needs a real ``now``: timed calls, a pending deadline or hold, or a ramp."""
-        self.clocked = self.timed or bool(self._deadlines) or bool(self.answers.holds) or bool(self.load.ramping)
+        load = self.load
+        self.needs_now = self.times_calls or bool(self._deadlines) or bool(self.answers.holds) or bool(load.ramping)
 
     def set_admin(self, endpoint_id: str, status: AdminStatus, now: float = 0.0) -> EndpointState:
         """Set an operator status; raises KeyError for an unknown id.
@@ -1054,7 +1055,7 @@ class Pool:
         """Add a deadline: an OPEN circuit's end, or (``state`` None) an outlier evaluation."""
         self._seq += 1
         heapq.heappush(self._deadlines, (at, self._seq, state, epoch))
-        self.clocked = True
+        self.needs_now = True
 
     def _arm(self, state: EndpointState) -> None:
         circuit = state.circuit
@@ -1138,13 +1139,13 @@ class Pool:
             home.capacity += 1 if counted else -1
         available = circuit.accepting and gate(state) is None
         reserve = available and degraded
-        if reserve != (state.dpos >= 0):
+        if reserve != (state.degraded_pos >= 0):
             if reserve:
                 home.tier.degraded.add(state)
             else:
                 home.tier.degraded.remove(state)
         available = available and not degraded
-        if available != state.listed:
+        if available != state.is_candidate:
             if available:
                 home.add(state)
             else:
@@ -1153,7 +1154,7 @@ class Pool:
         if panic is not None:  # never PERMANENT-blocked, retired, not ready to be called, or out of quota
             cstate = circuit.state
             eligible = counted and cstate is not _BLOCKED and cstate is not _RETIRED and state.readiness is None
-            if eligible != (state.ppos >= 0):
+            if eligible != (state.panic_pos >= 0):
                 if eligible:
                     panic.add(state)
                 else:
@@ -1236,14 +1237,14 @@ class Pool:
             panicked: list[EndpointState] = []
             counted = 0
             for state in group:  # one pass over the records: each is visited once
-                if state.listed:
+                if state.is_candidate:
                     listed.append(state)
-                if state.dpos >= 0:
+                if state.degraded_pos >= 0:
                     tier.degraded.remove(state)
                 if state.counted:
                     state.counted = False
                     counted += 1
-                if state.ppos >= 0:
+                if state.panic_pos >= 0:
                     panicked.append(state)
             home.remove_all(listed)
             home.capacity -= counted

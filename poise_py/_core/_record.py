@@ -151,8 +151,8 @@ class EndpointState(Tally):
     ewma: float
     ewma_at: float
     home: Scope | None
-    ppos: i32
-    dpos: i32
+    panic_pos: i32
+    degraded_pos: i32
     faults: list[int]
     cancellations: int
     probes: int
@@ -165,7 +165,7 @@ class EndpointState(Tally):
         "circuit",
         "control",
         "counted",
-        "dpos",
+        "degraded_pos",
         "endpoint",
         "ewma",
         "ewma_at",
@@ -173,7 +173,7 @@ class EndpointState(Tally):
         "health_refusal",
         "home",
         "mode_selections",
-        "ppos",
+        "panic_pos",
         "probes",
         "readiness",
         "stale",
@@ -196,9 +196,9 @@ class EndpointState(Tally):
         not None, so the picker reads it in place instead of from a boxed float)."""
         self.home = None
         """The routing scope this endpoint belongs to (its tier, and zone side)."""
-        self.ppos = -1
+        self.panic_pos = -1
         """Position among its tier's panic candidates, or -1."""
-        self.dpos = -1
+        self.degraded_pos = -1
         """Position among its tier's degraded candidates, or -1."""
         self.was_degraded = False
         """Whether the pool counts it as degraded (its circuit's flag, as last synced)."""

@@ -211,9 +211,9 @@ class Scope:
     tracked = True
     """Whether :attr:`loads` mirrors the candidates' in-flight counts (home scopes)."""
     panic = False
-    """Whether this is a tier's panic scope (its positions are ``state.ppos``)."""
+    """Whether this is a tier's panic scope (its positions are ``state.panic_pos``)."""
     degraded = False
-    """Whether this is a tier's degraded scope (its positions are ``state.dpos``)."""
+    """Whether this is a tier's degraded scope (its positions are ``state.degraded_pos``)."""
 
     def __init__(self, tier: Tier, policy: Policy, rng: random.Random, view: PoolView, *, local: bool) -> None:
         self.tier = tier
@@ -245,7 +245,7 @@ class Scope:
     def add(self, state: EndpointState) -> None:
         """Make ``state`` a candidate (it must not be one)."""
         state.pos = len(self.candidates)
-        state.listed = True
+        state.is_candidate = True
         self.candidates.append(state)
         load = state.inflight
         self.loads.append(load)
@@ -268,7 +268,7 @@ class Scope:
             loads[pos] = last_load
             last.pos = pos
         state.pos = -1
-        state.listed = False
+        state.is_candidate = False
         if self._removed is not None:
             self._removed([state])
 
@@ -278,7 +278,7 @@ class Scope:
         pos = len(candidates)
         for state in states:
             state.pos = pos
-            state.listed = True
+            state.is_candidate = True
             pos += 1
         candidates.extend(states)
         loads = [state.inflight for state in states]
@@ -305,9 +305,9 @@ class Scope:
         if self.totals:
             self.load_total -= sum([loads[state.pos] for state in states])
         for state in states:
-            state.listed = False
+            state.is_candidate = False
             state.pos = -1
-        kept = [state for state in candidates if state.listed]
+        kept = [state for state in candidates if state.is_candidate]
         loads[:] = [loads[state.pos] for state in kept]
         candidates[:] = kept  # in place: the pool's hot path and the picker hold these lists
         for pos, state in enumerate(kept):
@@ -337,7 +337,7 @@ class Scope:
 
 
 class PanicScope(Scope):
-    """A tier's panic set: every member panic may use, by ``state.ppos``."""
+    """A tier's panic set: every member panic may use, by ``state.panic_pos``."""
 
     __slots__ = ()
 
@@ -349,20 +349,20 @@ class PanicScope(Scope):
 
     def add(self, state: EndpointState) -> None:
         """Make ``state`` a panic candidate."""
-        state.ppos = len(self.candidates)
+        state.panic_pos = len(self.candidates)
         self.candidates.append(state)
         if self._added is not None:
             self._added([state])
 
     def remove(self, state: EndpointState) -> None:
         """Stop ``state`` being a panic candidate."""
-        pos = state.ppos
+        pos = state.panic_pos
         candidates = self.candidates
         last = candidates.pop()
         if last is not state:
             candidates[pos] = last
-            last.ppos = pos
-        state.ppos = -1
+            last.panic_pos = pos
+        state.panic_pos = -1
         if self._removed is not None:
             self._removed([state])
 
@@ -371,7 +371,7 @@ class PanicScope(Scope):
         candidates = self.candidates
         pos = len(candidates)
         for state in states:
-            state.ppos = pos
+            state.panic_pos = pos
             pos += 1
         candidates.extend(states)
         if self._added is not None:
@@ -385,17 +385,17 @@ class PanicScope(Scope):
                 self.remove(state)
             return
         for state in states:
-            state.ppos = -1
-        kept = [state for state in candidates if state.ppos >= 0]
+            state.panic_pos = -1
+        kept = [state for state in candidates if state.panic_pos >= 0]
         candidates[:] = kept
         for pos, state in enumerate(kept):
-            state.ppos = pos
+            state.panic_pos = pos
         if self._removed is not None:
             self._removed(states)
 
 
 class DegradedScope(Scope):
-    """A tier's degraded endpoints, by ``state.dpos``: reserve capacity.
+    """A tier's degraded endpoints, by ``state.degraded_pos``: reserve capacity.
 
     Its members are exactly its candidates (an endpoint joins when it is degraded and
     could take a permit, and leaves when either stops), so a hash table over them holds
@@ -415,13 +415,13 @@ class DegradedScope(Scope):
         """Make ``state`` a degraded candidate (and member)."""
         self.join(state)
         self.capacity += 1
-        state.dpos = len(self.candidates)
+        state.degraded_pos = len(self.candidates)
         self.candidates.append(state)
         if self._added is not None:
             self._added([state])
 
     def add_all(self, states: list[EndpointState]) -> None:
-        """:meth:`add` each of ``states`` (its positions are ``dpos``, not the home scope's)."""
+        """:meth:`add` each of ``states`` (its positions are ``degraded_pos``, not the home scope's)."""
         for state in states:
             self.add(state)
 
@@ -432,13 +432,13 @@ class DegradedScope(Scope):
 
     def remove(self, state: EndpointState) -> None:
         """Stop ``state`` being a degraded candidate (and member)."""
-        pos = state.dpos
+        pos = state.degraded_pos
         candidates = self.candidates
         last = candidates.pop()
         if last is not state:
             candidates[pos] = last
-            last.dpos = pos
-        state.dpos = -1
+            last.degraded_pos = pos
+        state.degraded_pos = -1
         if self._removed is not None:
             self._removed([state])
         self.capacity -= 1

@@ -2,12 +2,12 @@
 
 A :class:`Tally` holds a circuit's outcome counts (the two runs of faults, SUSPECT and
 FATAL strikes and TRANSIENT faults, and the volume, or the outcome window when one is
-kept) and the fields the fast path reads before counting anything: ``admit`` (the ticket
-of the CLOSED epoch, None otherwise), ``clocked`` (whether a success needs the time),
-``counts_only`` and ``slow_limit``. The circuit (``_circuit.py``) owns the state machine
+kept) and the fields the fast path reads before counting anything: ``fast_ticket`` (the
+ticket of the CLOSED epoch, None otherwise), ``success_needs_now`` (whether a success needs
+the time), ``counts_only`` and ``slow_limit``. The circuit (``_circuit.py``) owns the state machine
 and writes those at every move; the tally only counts. Beside them it holds the counters
-the pool keeps for every call (in flight, successes, whether the endpoint is live and
-listed, its load slot).
+the pool keeps for every call (in flight, successes, whether the endpoint is live and a
+candidate of its scope, its load slot).
 
 It is its own object so that the pool's endpoint record can *be* its circuit's tally (a
 subclass, ``_record.py``): a call then touches the record alone, its tally first, and
@@ -53,11 +53,11 @@ class Tally:
     """One circuit's counts and fast-path gate, and the pool's per-call counters (see the module docstring).
 
     Attributes:
-        admit: the ticket every call gets while the circuit is CLOSED, else None. The
+        fast_ticket: the ticket every call gets while the circuit is CLOSED, else None. The
             pool's hot path reads only this to admit a call.
         runs: both runs in one int (SUSPECT in the low 32 bits, TRANSIENT above), so a
             success ends both with one store.
-        room: how many more outcomes the volume counts while no window is kept:
+        volume_room: how many more outcomes the volume counts while no window is kept:
             ``volume_cap`` less :attr:`volume`. A success counts down to 0 and reads no
             cap (one hot field instead of two; :meth:`set_volume_cap` and :meth:`clear`
             fill it).
@@ -68,12 +68,12 @@ class Tally:
             one byte (``u8``) in the flags' word. So the count a call touches stays a
             cached small int; the rest is carried in steps of 256 into
             ``successes_high``, a cold field, every 256th success.
-        clocked: whether recording a success needs a real ``now`` (see :meth:`record_success`).
+        success_needs_now: whether recording a success needs a real ``now`` (see :meth:`record_success`).
         counts_only: no slow limit and no window (``slow_limit`` and ``window`` both None):
             a CLOSED success changes the runs and the volume only, and the fast path reads
             neither. :meth:`set_rules` keeps it.
         live: whether the endpoint is still in the pool (a record that left never returns).
-        listed: ``pos >= 0``, kept by the scope beside ``pos``: the pool tests this instead
+        is_candidate: ``pos >= 0``, kept by the scope beside ``pos``: the pool tests this instead
             of ``pos`` (on the exit, interpreted, an int above 256 is an object of its own,
             one more line to fetch).
         pos: position among its home scope's candidates (``candidates[pos] is self``), or -1.
@@ -91,15 +91,15 @@ class Tally:
     # slot), then what only a configured circuit reads, then the cold parts of the counts.
     # The success count's low byte and the four flags are declared together so that they
     # share one word: compiled, a CLOSED call's fields end before byte 64, one cache line.
-    admit: Ticket | None
+    fast_ticket: Ticket | None
     runs: int
-    room: int
+    volume_room: int
     inflight: int
     successes_low: u8
-    clocked: bool
+    success_needs_now: bool
     counts_only: bool
     live: bool
-    listed: bool
+    is_candidate: bool
     pos: int
     loads: list[int]
     slow_limit: float | None
@@ -108,33 +108,33 @@ class Tally:
     successes_high: int
 
     __slots__ = (
-        "admit",
-        "clocked",
         "counts_only",
+        "fast_ticket",
         "inflight",
-        "listed",
+        "is_candidate",
         "live",
         "loads",
         "pos",
-        "room",
         "runs",
         "slow_limit",
+        "success_needs_now",
         "successes_high",
         "successes_low",
         "volume_cap",
+        "volume_room",
         "window",
     )
 
     def __init__(self) -> None:
-        self.admit = None
+        self.fast_ticket = None
         self.runs = 0
-        self.room = 0
+        self.volume_room = 0
         self.inflight = 0
         self.successes_low = 0
-        self.clocked = False
+        self.success_needs_now = False
         self.counts_only = True
         self.live = True
-        self.listed = False
+        self.is_candidate = False
         self.pos = -1
         self.loads = UNHOMED
         self.slow_limit = None
@@ -151,12 +151,12 @@ class Tally:
     def set_volume_cap(self, cap: int) -> None:
         """Count the volume up to ``cap`` outcomes (the count window's size; 0 with a time window), from none."""
         self.volume_cap = cap
-        self.room = cap
+        self.volume_room = cap
 
     @property
     def volume(self) -> int:
-        """Outcomes counted while no window is kept, up to :attr:`volume_cap` (``volume_cap - room``)."""
-        return self.volume_cap - self.room
+        """Outcomes counted while no window is kept, up to :attr:`volume_cap` (``volume_cap - volume_room``)."""
+        return self.volume_cap - self.volume_room
 
     @property
     def successes(self) -> int:
@@ -209,9 +209,9 @@ class Tally:
         success was counted in place (no move can follow a success in time). False,
         changing nothing, for a probe, a stale ticket, a slow success, a degraded circuit
         or a latency-measuring pool: the caller then records it with ``Circuit.record``.
-        ``now`` and ``started`` (when the call began) are read only when :attr:`clocked` is True.
+        ``now`` and ``started`` (when the call began) are read only when :attr:`success_needs_now` is True.
         """
-        if ticket is not self.admit:
+        if ticket is not self.fast_ticket:
             return False
         if not self.counts_only:  # else no slow limit, no window: the fields past the first line stay unread
             slow_limit = self.slow_limit
@@ -223,9 +223,9 @@ class Tally:
                 window.add(0, now)
                 return True
         self.runs = 0  # a success in time: no trip can follow
-        room = self.room
+        room = self.volume_room
         if room:
-            self.room = room - 1
+            self.volume_room = room - 1
         return True
 
     def add(self, flags: int, now: float) -> None:
@@ -233,9 +233,9 @@ class Tally:
         # record_success inlines this for the CLOSED-success hot path: keep them in step.
         window = self.window
         if window is None:
-            room = self.room
+            room = self.volume_room
             if room:
-                self.room = room - 1
+                self.volume_room = room - 1
         else:
             window.add(flags, now)
 
@@ -247,7 +247,7 @@ class Tally:
     def clear(self) -> None:
         """Forget every outcome and end both runs (a move to a new CLOSED epoch)."""
         self.runs = 0
-        self.room = self.volume_cap
+        self.volume_room = self.volume_cap
         if self.window is not None:
             self.window.clear()
 

@@ -257,7 +257,7 @@ async def test_a_wrong_password_is_reported_as_an_authentication_error_not_a_tim
         storage = poise.RedisStorage(redis_client)
         lb = poise.LoadBalancer(
             poise.StaticDiscovery([poise.Endpoint("a")]),
-            coordination=poise.Coordination(storage, timeout=0.5, sync_interval=3600.0, on_change=changes.append),
+            coordination=poise.Coordination(storage, timeout=5.0, sync_interval=3600.0, on_change=changes.append),
         )
         events = lb.events()
         if client == "coredis":

@@ -33,7 +33,7 @@ def test_a_closed_success_is_recorded_in_place_and_ends_the_failure_run() -> Non
     assert c.consecutive_failures == 1
     assert c.record_success(closed_ticket(c), NOW, NOW - 0.01)
     assert c.consecutive_failures == 0
-    assert not c.clocked  # the default circuit never needs the time for a success
+    assert not c.success_needs_now  # the default circuit never needs the time for a success
 
 
 def test_a_probe_or_a_stale_ticket_is_refused_by_the_fast_path_and_changes_nothing() -> None:
@@ -41,7 +41,7 @@ def test_a_probe_or_a_stale_ticket_is_refused_by_the_fast_path_and_changes_nothi
     old = closed_ticket(c)
     c.record(closed_ticket(c), Fault.SUSPECT, NOW)
     assert c.state is CircuitState.OPEN
-    assert c.clocked  # not CLOSED: every outcome goes the long way, with the time
+    assert c.success_needs_now  # not CLOSED: every outcome goes the long way, with the time
     assert not c.record_success(old, NOW, NOW - 0.01)
     assert c.stale_results == 0  # the fast path counted nothing; record() will
     c.handle_timer(NOW + 1000.0)
@@ -54,7 +54,7 @@ def test_a_probe_or_a_stale_ticket_is_refused_by_the_fast_path_and_changes_nothi
 
 def test_a_slow_success_is_left_to_record_and_a_fast_one_is_counted() -> None:
     c = make(slow_call_rate=0.5, slow_call_duration=1.0, minimum_volume=1)
-    assert c.clocked
+    assert c.success_needs_now
     assert c.record_success(closed_ticket(c), NOW, NOW - 0.5)
     assert not c.record_success(closed_ticket(c), NOW, NOW - 2.0)
     assert c.window_counts(NOW) == (1, 0, 0)
@@ -76,7 +76,7 @@ def test_a_degraded_circuit_sends_every_success_the_long_way_until_it_recovers()
 
 def test_a_time_window_needs_the_time_for_every_success() -> None:
     c = make(failure_rate=0.5, window=poise.TimeWindow(duration=10.0))
-    assert c.clocked
+    assert c.success_needs_now
     assert c.record_success(closed_ticket(c), NOW, NOW - 0.01)
     assert c.window_counts(NOW)[0] == 1
     assert c.window_counts(NOW + 60.0)[0] == 0  # recorded at NOW, so it has been forgotten
@@ -84,13 +84,13 @@ def test_a_time_window_needs_the_time_for_every_success() -> None:
 
 def test_clock_every_success_asks_for_the_time_and_keeps_the_fast_path() -> None:
     c = make()
-    assert not c.clocked
+    assert not c.success_needs_now
     c.clock_every_success()
-    assert c.clocked
+    assert c.success_needs_now
     assert c.record_success(closed_ticket(c), NOW, NOW - 0.01)
     assert c.window_counts(NOW) == (1, 0, 0)
     c.record(closed_ticket(c), Fault.SUSPECT, NOW)  # a move or a degradation keeps the clock asked for
-    assert c.clocked
+    assert c.success_needs_now
 
 
 def test_a_pools_record_is_its_circuits_tally_so_a_call_touches_one_object() -> None:
@@ -100,7 +100,7 @@ def test_a_pools_record_is_its_circuits_tally_so_a_call_touches_one_object() -> 
     # The counts a call writes live in the record, not in the circuit (docs/performance.md, scaling).
     assert state.circuit.tally is state
     assert state.circuit is not state
-    assert ticket is state.admit is state.circuit.admit
+    assert ticket is state.fast_ticket is state.circuit.fast_ticket
     pool.succeed(state, ticket, NOW, started)
     assert state.circuit.window_counts(NOW) == (1, 0, 0)
     assert (state.inflight, state.successes) == (0, 1)

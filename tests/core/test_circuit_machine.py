@@ -95,7 +95,7 @@ class CircuitMachine(RuleBasedStateMachine):
         before = self._snapshot()
         if c.record_success(ticket, self.now, self.now - latency):
             assert c.state is CircuitState.CLOSED
-            assert ticket is c.admit
+            assert ticket is c.fast_ticket
             assert (c.state, c.epoch, c.reopen_at, c.consecutive_failures) == (*before[:3], 0)
         else:
             assert self._snapshot() == before, "a refused fast path changed the circuit"
@@ -168,11 +168,11 @@ class CircuitMachine(RuleBasedStateMachine):
         c = self.circuit
         if c is not None:
             if c.state is CircuitState.CLOSED:
-                assert c.admit is not None
-                assert c.admit == c.try_acquire(self.now)  # the same ticket, without a side effect
-                assert (c.admit.epoch, c.admit.probe) == (c.epoch, False)
+                assert c.fast_ticket is not None
+                assert c.fast_ticket == c.try_acquire(self.now)  # the same ticket, without a side effect
+                assert (c.fast_ticket.epoch, c.fast_ticket.probe) == (c.epoch, False)
             else:
-                assert c.admit is None
+                assert c.fast_ticket is None
 
     @invariant()
     def the_fast_path_skips_the_rules_exactly_when_there_are_none(self) -> None:
@@ -188,8 +188,8 @@ class CircuitMachine(RuleBasedStateMachine):
             tally = c.tally
             window = c.policy.window
             assert tally.volume_cap == (window.size if isinstance(window, poise.CountWindow) else 0)
-            assert 0 <= tally.room <= tally.volume_cap
-            assert tally.volume == tally.volume_cap - tally.room
+            assert 0 <= tally.volume_room <= tally.volume_cap
+            assert tally.volume == tally.volume_cap - tally.volume_room
 
     @invariant()
     def epoch_only_grows(self) -> None:

@@ -41,7 +41,7 @@ def test_a_failed_call_stays_counted_in_its_endpoints_load_for_the_penalty() -> 
     assert state.inflight == 0
     assert pool.held(state, 10.0) == 1
     assert pool.next_deadline() is None  # the timer has nothing to do: the next selection ends it
-    assert pool.clocked  # selections read the clock while a hold runs
+    assert pool.needs_now  # selections read the clock while a hold runs
     # Two candidates: P2C compares both, and the held failure makes e0 the busier one.
     assert {pick(pool, 11.0) for _ in range(20)} == {"e1"}
     assert pool.held(state, 12.0) == 0
@@ -78,8 +78,8 @@ def test_a_failure_is_held_until_the_penalty_after_it_started() -> None:
 
 def test_the_penalty_is_off_by_default_and_on_it_times_every_call() -> None:
     assert poise.PowerOfTwoChoices().failure_penalty == 0.0
-    assert not pool_of(poise.PowerOfTwoChoices()).timed
-    assert pool_of(poise.PowerOfTwoChoices(failure_penalty=1.0)).timed
+    assert not pool_of(poise.PowerOfTwoChoices()).times_calls
+    assert pool_of(poise.PowerOfTwoChoices(failure_penalty=1.0)).times_calls
     assert poise.PeakEwma().failure_penalty == 1.0
 
 
@@ -103,7 +103,7 @@ def test_a_zero_penalty_holds_nothing() -> None:
     pool = pool_of(poise.PowerOfTwoChoices(failure_penalty=0.0))
     fail_on(pool, "e0", now=1.0)
     assert pool.held(pool.members["e0"], 1.0) == 0
-    assert not pool.clocked  # nor does it time the calls
+    assert not pool.needs_now  # nor does it time the calls
 
 
 def test_an_endpoint_that_leaves_takes_its_holds_with_it() -> None:

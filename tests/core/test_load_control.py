@@ -309,10 +309,10 @@ def test_an_endpoint_readmitted_after_an_ejection_ramps_up_again() -> None:
     # shell must keep passing it (before: the pool said it did not, every pick got 0.0, and
     # the ramp stayed at its floor for ever).
     assert pool.next_deadline() is None
-    assert pool.clocked
+    assert pool.needs_now
     assert share_of(pool, "a", 40.0) > 0.4  # past its window: a full share again
     assert heard.ramps == [("a", True), ("a", False)]
-    assert not pool.clocked  # nothing ramps, nothing is pending, nothing is timed
+    assert not pool.needs_now  # nothing ramps, nothing is pending, nothing is timed
 
 
 def test_slow_start_alone_never_refuses_a_call() -> None:

@@ -115,7 +115,7 @@ def feed(pool: Pool, weights: dict[str, float], now: float) -> None:
 
 
 def test_the_policy_makes_the_balancer_read_the_clock_on_every_pick() -> None:
-    assert pool_of(2).timed
+    assert pool_of(2).times_calls
 
 
 def test_before_any_weight_it_is_round_robin() -> None:

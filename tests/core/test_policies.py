@@ -507,7 +507,7 @@ async def test_a_discovery_update_past_the_weight_bound_is_rejected_and_the_pool
 def test_a_latency_measuring_pool_records_a_closed_success_in_place_and_asks_for_the_time() -> None:
     pool = make_pool(poise.PeakEwma(), [poise.Endpoint("a")])
     state = pool.members["a"]
-    assert state.clocked  # the exit reads the clock for every success, to feed the policy
+    assert state.success_needs_now  # the exit reads the clock for every success, to feed the policy
     epoch = state.circuit.epoch
     for i in range(3):
         selected, ticket, started, _ = pool.select(float(i))

@@ -47,7 +47,7 @@ def test_a_fatal_fault_reaches_the_listener_as_one_transition_and_sets_a_deadlin
     assert recorder.heard == [("transition", "a", poise.CircuitState.OPEN)]
     deadline = pool.next_deadline()
     assert deadline is not None
-    assert pool.clocked  # a pending deadline: select needs a real now
+    assert pool.needs_now  # a pending deadline: select needs a real now
     pool.handle_timer(deadline)
     assert recorder.heard[-1] == ("transition", "a", poise.CircuitState.HALF_OPEN)
 

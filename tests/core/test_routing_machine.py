@@ -256,13 +256,13 @@ class RoutingMachine(RuleBasedStateMachine):
         assert {t.number for t in router.order} == {s.endpoint.tier for s in members}
         assert [t.number for t in router.order] == sorted(router.tiers)
         for s in self.gone:
-            assert (s.pos, s.listed, s.ppos, s.dpos, s.live) == (-1, False, -1, -1, False)
+            assert (s.pos, s.is_candidate, s.panic_pos, s.degraded_pos, s.live) == (-1, False, -1, -1, False)
         for tier in router.order:
             in_tier = [s for s in members if s.endpoint.tier == tier.number]
             for scope in tier.scopes():
                 mine = homed[scope]
                 expected = {id(s) for s in mine if s.circuit.accepting and gate(s) is None and not s.circuit.degraded}
-                self.check_scope(scope, expected, mine, ppos=False)
+                self.check_scope(scope, expected, mine, panic_pos=False)
                 assert scope.members == len(mine)
                 assert scope.capacity == sum(s.admin not in OPTED_OUT for s in mine)
             if tier.panic is not None:
@@ -273,14 +273,14 @@ class RoutingMachine(RuleBasedStateMachine):
                     and s.readiness is None
                     and s.circuit.state not in (CircuitState.BLOCKED, CircuitState.RETIRED)
                 }
-                self.check_scope(tier.panic, usable, in_tier, ppos=True)
+                self.check_scope(tier.panic, usable, in_tier, panic_pos=True)
             else:
-                assert all(s.ppos == -1 for s in in_tier)
+                assert all(s.panic_pos == -1 for s in in_tier)
             reserve = [s for s in in_tier if s.circuit.accepting and gate(s) is None and s.circuit.degraded]
-            self.check_scope(tier.degraded, {id(s) for s in reserve}, in_tier, dpos=True)
+            self.check_scope(tier.degraded, {id(s) for s in reserve}, in_tier, degraded_pos=True)
             assert tier.degraded.members == tier.degraded.capacity == len(reserve)
         for s in members:
-            assert s.listed == (s.pos >= 0)  # the pool's test, kept beside the position
+            assert s.is_candidate == (s.pos >= 0)  # the pool's test, kept beside the position
             assert not s.circuit.degraded or s.circuit.state is CircuitState.CLOSED
         self.check_plan()
         assert pool.ejected_count == sum(s.circuit.ejected for s in members)
@@ -293,26 +293,32 @@ class RoutingMachine(RuleBasedStateMachine):
         assert sum(s.inflight for s in members) <= len(self.held)
 
     def check_scope(
-        self, scope: Scope, expected: set[int], mine: list[EndpointState], *, ppos: bool = False, dpos: bool = False
+        self,
+        scope: Scope,
+        expected: set[int],
+        mine: list[EndpointState],
+        *,
+        panic_pos: bool = False,
+        degraded_pos: bool = False,
     ) -> None:
         candidates = scope.candidates
         assert {id(s) for s in candidates} == expected
         assert len(candidates) == len(expected)
 
         def position(s: EndpointState) -> int:
-            return s.ppos if ppos else s.dpos if dpos else s.pos
+            return s.panic_pos if panic_pos else s.degraded_pos if degraded_pos else s.pos
 
         for i, s in enumerate(candidates):
             assert position(s) == i
         for s in mine:
             if id(s) not in expected:
                 assert position(s) == -1
-        if dpos:
+        if degraded_pos:
             assert isinstance(scope, DegradedScope)
             assert not scope.tracked
             assert not scope.loads  # untracked: its pickers read the states
             mine = [s for s in mine if id(s) in expected]  # its members are its candidates
-        elif not ppos:
+        elif not panic_pos:
             if self.p.stores_loads:  # else the policy never reads them
                 assert list(scope.loads) == [s.inflight for s in candidates]
             if scope.totals:

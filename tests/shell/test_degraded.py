@@ -187,7 +187,7 @@ def test_an_operator_reset_ends_degradation() -> None:
     pool.reset_circuit(state, 1.0)
     assert not state.circuit.degraded
     assert state.pos >= 0
-    assert state.dpos == -1
+    assert state.degraded_pos == -1
 
 
 def test_removing_an_ejected_endpoint_makes_room_for_the_degraded_one() -> None:
