@@ -1,7 +1,7 @@
 """The pool's one outgoing interface: what it tells the shell, as a typed protocol (pure core).
 
 :class:`~poise_py._core._pool.Pool` reports everything the shell must react to through
-one :class:`PoolListener` handed to it at construction: circuit moves, an endpoint's
+one :class:`PoolListener` (given at construction or by ``Pool.listen``): circuit moves, an endpoint's
 last permit ending, panic episodes, degradation, departures, a newly armed timer and
 probe results that moved nothing, a slow start's beginning and end, and an adaptive
 limit's changes. The calls are synchronous and come from inside pool
