@@ -536,13 +536,11 @@ class Pool:
         if control is None:
             return
         limiter = control.limiter
-        if limiter is not None:
-            before = limiter.limit
-            if limiter.sample(latency, in_flight, drop=drop) != before:
-                self._limit_moved(state, control)
-
-    def _limit_moved(self, state: EndpointState, control: LoadControl) -> None:
-        """``state``'s adaptive limit moved: take it into its limit; tell the listener of a step."""
+        if limiter is None:
+            return
+        before = limiter.limit
+        if limiter.sample(latency, in_flight, drop=drop) == before:
+            return  # most calls: the endpoint's limit is not recomputed
         changed = control.relimited()
         if changed is not None:
             previous = control.reported

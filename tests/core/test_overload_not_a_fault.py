@@ -7,14 +7,17 @@ import random
 import pytest
 
 import poise_py as poise
+from poise_py._core._concurrency import LoadPolicy
 from poise_py._core._pool import Pool
 from poise_py._core._record import FAULT_INDEX, EndpointState
 
 S = poise.Fault.SUSPECT
 
 
-def pool_of(*ids: str, circuit: poise.CircuitPolicy | None = None) -> Pool:
-    pool = Pool(circuit or poise.CircuitPolicy(max_ejection_percent=1.0), poise.RoundRobin(), random.Random(5))
+def pool_of(*ids: str, circuit: poise.CircuitPolicy | None = None, load: LoadPolicy | None = None) -> Pool:
+    pool = Pool(
+        circuit or poise.CircuitPolicy(max_ejection_percent=1.0), poise.RoundRobin(), random.Random(5), load=load
+    )
     pool.apply(0.0, added=[poise.Endpoint(i) for i in ids])
     return pool
 

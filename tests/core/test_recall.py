@@ -240,19 +240,11 @@ def test_circuit_restore_moves_only_an_open_circuit_and_gives_back_its_escalatio
     assert c.restore(3.0) is None  # HALF_OPEN: its probe decides
 
 
-def slow_starting_pool_of(*ids: str) -> Pool:
-    pool = Pool(
-        poise.CircuitPolicy(max_ejection_percent=1.0),
-        poise.RoundRobin(),
-        random.Random(5),
-        load=LoadPolicy(slow_start=poise.SlowStart(window=30.0)),
-    )
-    pool.apply(0.0, added=[poise.Endpoint(i) for i in ids])
-    return pool
+SLOW_START = LoadPolicy(slow_start=poise.SlowStart(window=30.0))
 
 
 def test_with_slow_start_a_restored_endpoint_takes_its_share_back_at_once() -> None:
-    pool = slow_starting_pool_of("a", "b", "c")
+    pool = pool_of("a", "b", "c", load=SLOW_START)
     eject_for_load(pool, "a", 0.0)
     fail_on(pool, "b", 1.0, overload=True)  # the pool's load: a's ejection is undone
     a = state_of(pool, "a")
@@ -261,7 +253,7 @@ def test_with_slow_start_a_restored_endpoint_takes_its_share_back_at_once() -> N
 
 
 def test_with_slow_start_a_recalled_endpoint_that_passes_its_probe_ramps_up() -> None:
-    pool = slow_starting_pool_of("a", "b", "c")
+    pool = pool_of("a", "b", "c", load=SLOW_START)
     eject_for_load(pool, "a", 0.0)
     fail_on(pool, "c", 10.8, overload=True)
     fail_on(pool, "b", 11.0, overload=True)  # past the window: recalled, not restored
