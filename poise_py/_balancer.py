@@ -4,8 +4,8 @@ Decide, then do I/O: every decision (selection, outcome, timers, discovery chang
 synchronous call into the pure :class:`~poise_py._core._pool.Pool` with ``now`` read from
 the clock; the only awaits are in the background tasks (discovery, the timer, probes,
 readiness checks). One timer task (:class:`~poise_py._timer.Timer`) serves every part that
-needs time to pass (the pool, active health, the no-eligible alert, readiness
-quarantine), with the backend's clock or the injected one alike. Reads
+needs time to pass (the pool, the wait queue, active health, the no-eligible alert,
+readiness quarantine, fleet coordination), with the backend's clock or the injected one alike. Reads
 (:meth:`LoadBalancer.statistics`, :meth:`LoadBalancer.snapshot`) change nothing.
 """
 
@@ -33,7 +33,7 @@ from ._core._circuit_policy import CircuitPolicy
 from ._core._concurrency import AdaptiveConcurrency, LoadPolicy, SlowStart
 from ._core._health_schedule import HealthCheck
 from ._core._pool import Pool
-from ._core._record import EndpointState
+from ._core._record import Member
 from ._core._routing import Panic, Routing
 from ._core._selection import Policy, PowerOfTwoChoices
 from ._core._tails import Hedge, RetryBackoff
@@ -203,7 +203,7 @@ class LoadBalancer(PermitIssuer):
         self._clock_arg = clock
         self._clock = Clock(clock or anyio.current_time)
         self._rng = random.Random(seed)  # noqa: S311 - not for security
-        self._drain_waiters: dict[EndpointState, anyio.Event] = {}
+        self._drain_waiters: dict[Member, anyio.Event] = {}
         # Each part gets what it needs in its constructor. The pool comes first, the parts
         # that read it next, and the listener through which the pool reports to them last:
         # ``Pool.listen`` is the one link made afterwards (the pool and those parts refer to
@@ -211,7 +211,7 @@ class LoadBalancer(PermitIssuer):
         self._timer = Timer()
         wake = self._timer.wake
         self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, load=load)
-        resources: dict[EndpointState, object] = {}  # the endpoint factory's, per member
+        resources: dict[Member, object] = {}  # the endpoint factory's, per member
         self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed, resources)
         self._waiting = WaitQueue(
             self._select,
@@ -473,13 +473,13 @@ class LoadBalancer(PermitIssuer):
         self._on_owner_thread("set_status()")
         if not isinstance(status, AdminStatus):
             raise ConfigError("status", f"must be an AdminStatus, got {status!r}")
-        state = self._pool.set_admin(endpoint_id, status, self._clock())
-        if status is AdminStatus.AUTO and state.circuit.parked:
-            self._pool.reset_circuit(state, self._clock())
+        member = self._pool.set_admin(endpoint_id, status, self._clock())
+        if status is AdminStatus.AUTO and member.circuit.parked:
+            self._pool.reset_circuit(member, self._clock())
         if self._health is not None:
-            self._health.set_admin(state, status, self._clock())
+            self._health.set_admin(member, status, self._clock())
         if status not in _DRAINS:
-            waiter = self._drain_waiters.pop(state, None)
+            waiter = self._drain_waiters.pop(member, None)
             if waiter is not None:
                 waiter.set()  # the waiter sees the status and raises NotDraining
 
@@ -497,20 +497,20 @@ class LoadBalancer(PermitIssuer):
             WrongThread: called from a thread other than the running balancer's.
         """
         self._on_owner_thread("drained()", hand_over="anyio.from_thread.run")
-        state = self._pool.members[endpoint_id]
+        member = self._pool.members[endpoint_id]
         pool = self._pool
         while True:
             if pool.orphans:
                 pool.release_orphans()
-            if state.inflight == 0:
+            if member.inflight == 0:
                 return
-            if state.live and state.admin not in _DRAINS:
+            if member.live and member.admin not in _DRAINS:
                 raise NotDraining(
-                    f"endpoint {endpoint_id!r} is {state.admin.value}: it takes new permits, set it DRAINING first"
+                    f"endpoint {endpoint_id!r} is {member.admin.value}: it takes new permits, set it DRAINING first"
                 )
-            waiter = self._drain_waiters.get(state)
+            waiter = self._drain_waiters.get(member)
             if waiter is None:
-                waiter = self._drain_waiters[state] = anyio.Event()
+                waiter = self._drain_waiters[member] = anyio.Event()
             await waiter.wait()
 
     def statistics(self) -> BalancerStatistics:

@@ -29,7 +29,7 @@ from ._core._health_schedule import (
     verdict,
 )
 from ._core._pool import Pool
-from ._core._record import EndpointState
+from ._core._record import Member
 from ._endpoint import AdminStatus
 
 logger = logging.getLogger("poise_py")
@@ -51,7 +51,7 @@ class HealthRunner:
         unit: Callable[[], float],
         *,
         wake: Callable[[], None] | None = None,
-        on_change: Callable[[EndpointState, HealthStatus | None, HealthStatus, float], None] | None = None,
+        on_change: Callable[[Member, HealthStatus | None, HealthStatus, float], None] | None = None,
     ) -> None:
         self.check = check
         self.scheduler = HealthScheduler(check, unit)
@@ -62,7 +62,7 @@ class HealthRunner:
         """Tell the balancer's timer that the next deadline may have moved."""
         self.unejected = 0
         """Passively ejected circuits closed by a passing probe."""
-        self.on_change: Callable[[EndpointState, HealthStatus | None, HealthStatus, float], None] | None = on_change
+        self.on_change: Callable[[Member, HealthStatus | None, HealthStatus, float], None] | None = on_change
         """Called when a probe result changes an endpoint's classification (telemetry)."""
 
     # -- glue (synchronous; every decision is here) --------------------------------------
@@ -79,16 +79,16 @@ class HealthRunner:
             self._publish(members[endpoint_id], HealthStatus.UNKNOWN, now)
         self.wake()
 
-    def set_admin(self, state: EndpointState, status: AdminStatus, now: float) -> None:
+    def set_admin(self, member: Member, status: AdminStatus, now: float) -> None:
         """Apply an operator status: a change bumps the probe generation (see the scheduler)."""
-        if self.scheduler.set_admin(state.endpoint.id, status, now):
-            self._publish(state, self.scheduler.status(state.endpoint.id), now)
+        if self.scheduler.set_admin(member.endpoint.id, status, now):
+            self._publish(member, self.scheduler.status(member.endpoint.id), now)
             self.wake()
 
     def settle(
         self,
         token: ProbeToken,
-        state: EndpointState,
+        member: Member,
         result: ProbeResult,
         now: float,
         *,
@@ -108,13 +108,13 @@ class HealthRunner:
         self.wake()
         if status is None:
             return None
-        decided = verdict(self.check, before, status, result, epoch=epoch, current_epoch=state.circuit.epoch)
+        decided = verdict(self.check, before, status, result, epoch=epoch, current_epoch=member.circuit.epoch)
         if decided.changed:
             self._log_change(endpoint_id, status, result, error)
-            self._pool.set_health(state, decided.refusal, now)
+            self._pool.set_health(member, decided.refusal, now)
             if self.on_change is not None:
-                self.on_change(state, before, status, now)
-        if decided.uneject and self._pool.uneject(state, now):
+                self.on_change(member, before, status, now)
+        if decided.uneject and self._pool.uneject(member, now):
             self.unejected += 1
         return status
 
@@ -128,8 +128,8 @@ class HealthRunner:
         scheduler = self.scheduler
         return scheduler.snapshot(endpoint_id) if endpoint_id in scheduler else None
 
-    def _publish(self, state: EndpointState, status: HealthStatus, now: float) -> None:
-        self._pool.set_health(state, refusal(self.check, status), now)
+    def _publish(self, member: Member, status: HealthStatus, now: float) -> None:
+        self._pool.set_health(member, refusal(self.check, status), now)
 
     def _log_change(
         self, endpoint_id: str, status: HealthStatus, result: ProbeResult, error: BaseException | None
@@ -169,17 +169,17 @@ class HealthRunner:
         scheduler = self.scheduler
         members = self._pool.members
         for token in scheduler.due(now):
-            state = members.get(token.endpoint_id)
-            if state is None:  # left the pool without the runner being told
+            member = members.get(token.endpoint_id)
+            if member is None:  # left the pool without the runner being told
                 scheduler.remove(token.endpoint_id)
                 continue
-            task_group.start_soon(self._probe, token, state, state.circuit.epoch)
+            task_group.start_soon(self._probe, token, member, member.circuit.epoch)
 
-    async def _probe(self, token: ProbeToken, state: EndpointState, epoch: int) -> None:
+    async def _probe(self, token: ProbeToken, member: Member, epoch: int) -> None:
         error: BaseException | None = None
         try:
             with anyio.move_on_after(self.check.timeout) as scope:
-                await self.check.probe(state.endpoint)
+                await self.check.probe(member.endpoint)
         except Exception as exc:  # noqa: BLE001 - a probe's exception is its verdict
             result, error = ProbeResult.FAILED, exc
         except BaseException:  # the balancer is closing (or KeyboardInterrupt): no result
@@ -187,7 +187,7 @@ class HealthRunner:
             raise
         else:
             result = ProbeResult.TIMED_OUT if scope.cancelled_caught else ProbeResult.PASSED
-        self.settle(token, state, result, self._clock(), epoch=epoch, error=error)
+        self.settle(token, member, result, self._clock(), epoch=epoch, error=error)
 
 
 def _nothing() -> None:

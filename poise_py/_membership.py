@@ -15,7 +15,7 @@ An update goes through three steps, and only the last one changes anything a cal
    the revision live. No await separates it from the pool, so no permit is issued from a
    half-applied update.
 
-Survivors keep their :class:`EndpointState` (circuit, windows, counters, resource). A
+Survivors keep their :class:`Member` (circuit, windows, counters, resource). A
 removed state is marked not live: its in-flight permits finish, their results are
 ignored, and its resource is closed when the last one ends. A re-added id gets a new
 state, a new resource and a fresh circuit.
@@ -49,7 +49,7 @@ from ._core import _directory
 from ._core._directory import Changes, Directory
 from ._core._pool import Pool
 from ._core._readiness import Quarantine
-from ._core._record import EndpointState, sat_add
+from ._core._record import Member, sat_add
 from ._discovery import Update
 from ._endpoint import Endpoint
 from ._errors import EndpointFactoryError, IneligibleReason, ReadinessError
@@ -101,7 +101,7 @@ class LiveEndpoints(Mapping[str, Endpoint]):
 
     __slots__ = ("_members",)
 
-    def __init__(self, members: Mapping[str, EndpointState]) -> None:
+    def __init__(self, members: Mapping[str, Member]) -> None:
         self._members = members
 
     def __getitem__(self, key: str) -> Endpoint:
@@ -113,8 +113,8 @@ class LiveEndpoints(Mapping[str, Endpoint]):
     def get(self, key: str, default: Endpoint | _T, /) -> Endpoint | _T: ...
     def get(self, key: str, default: object = None, /) -> object:
         """The live endpoint ``key``, or ``default`` (one lookup, no exception on a miss)."""
-        state = self._members.get(key)
-        return default if state is None else state.endpoint
+        member = self._members.get(key)
+        return default if member is None else member.endpoint
 
     def __contains__(self, key: object) -> bool:
         return key in self._members
@@ -141,7 +141,7 @@ class Membership:
     def __init__(
         self,
         pool: Pool,
-        resources: dict[EndpointState, object] | None = None,
+        resources: dict[Member, object] | None = None,
         *,
         factory: EndpointFactory | None = None,
         close: EndpointClose | None = None,
@@ -150,7 +150,7 @@ class Membership:
         wake: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
-        self.resources: dict[EndpointState, object] = {} if resources is None else resources
+        self.resources: dict[Member, object] = {} if resources is None else resources
         """What the endpoint factory built for each member (``Permit.resource`` reads it)."""
         self.directory = Directory()
         self._live = LiveEndpoints(pool.members)
@@ -159,18 +159,18 @@ class Membership:
         self._close = close
         self._readiness = readiness or Readiness()
         self._on_change = on_change
-        self._checks: dict[EndpointState, anyio.CancelScope | None] = {}
+        self._checks: dict[Member, anyio.CancelScope | None] = {}
         """Members not yet usable (NOT_READY or QUARANTINED), with their check's scope."""
-        self._retiring: set[EndpointState] = set()
+        self._retiring: set[Member] = set()
         """Removed members whose resource waits for their last permit."""
         self._task_group: anyio.abc.TaskGroup | None = None
         self._changed: anyio.Event | None = None
-        self._quarantined: dict[EndpointState, None] = {}
+        self._quarantined: dict[Member, None] = {}
         """Quarantined members, as an ordered set: the latest failure last."""
-        self._exhausted: tuple[EndpointState, int] | None = None
+        self._exhausted: tuple[Member, int] | None = None
         """The failure that left every member quarantined, and its index then."""
         self._rebuild = False
-        self._cooling: Quarantine[EndpointState] = Quarantine(self._readiness.cooldown)
+        self._cooling: Quarantine[Member] = Quarantine(self._readiness.cooldown)
         self._clock: Callable[[], float] | None = None
         self.readiness_failures = 0
         """Failed ``ready()`` checks (saturating)."""
@@ -197,7 +197,7 @@ class Membership:
         resources = await self._build(changes.added) if self._factory is not None else None
         pool = self.pool
         added = changes.added
-        built: dict[str, EndpointState] = {}
+        built: dict[str, Member] = {}
         for start in range(0, len(added), step := _directory.STEP):
             await anyio.lowlevel.checkpoint()
             built.update(pool.build(added[start : start + step], clock()))
@@ -253,7 +253,7 @@ class Membership:
         changes: Changes,
         resources: list[object] | None,
         now: float,
-        built: Mapping[str, EndpointState] | None = None,
+        built: Mapping[str, Member] | None = None,
     ) -> None:
         # Synchronous from here to the end: no permit sees a half-applied update.
         pool = self.pool
@@ -262,55 +262,55 @@ class Membership:
         if self._on_change is not None:
             self._on_change(now, [e.id for e in changes.added], changes.removed)
         if self._checks or self._cooling or self._quarantined or self._exhausted is not None:
-            for state in gone:
-                self._forget(state)
+            for member in gone:
+                self._forget(member)
         if self.resources:
-            for state in gone:
-                if state in self.resources:
-                    self._retire(state)
+            for member in gone:
+                if member in self.resources:
+                    self._retire(member)
         if changes.added:
             self._exhausted = None
         if resources is not None:
             for endpoint, resource in zip(changes.added, resources, strict=True):
-                state = members[endpoint.id]
+                member = members[endpoint.id]
                 if resource is not None:
-                    self.resources[state] = resource
+                    self.resources[member] = resource
                 if _ready_method(resource) is not None:
-                    pool.set_readiness(state, _NOT_READY)
-                    self._checks[state] = None
+                    pool.set_readiness(member, _NOT_READY)
+                    self._checks[member] = None
                     if self._task_group is not None:
-                        self._task_group.start_soon(self._check, state)
+                        self._task_group.start_soon(self._check, member)
         self.notify()
 
-    def _forget(self, state: EndpointState) -> None:
+    def _forget(self, member: Member) -> None:
         """A removed member's readiness bookkeeping goes (only when any is kept: a large update skips it)."""
-        scope = self._checks.pop(state, None)
+        scope = self._checks.pop(member, None)
         if scope is not None:
             scope.cancel()
-        self._cooling.remove(state)
-        self._quarantined.pop(state, None)
-        if self._exhausted is not None and self._exhausted[0] is state:
+        self._cooling.remove(member)
+        self._quarantined.pop(member, None)
+        if self._exhausted is not None and self._exhausted[0] is member:
             self._exhausted = None
 
-    def _retire(self, state: EndpointState) -> None:
+    def _retire(self, member: Member) -> None:
         """A removed member's resource is released now, or after its last permit."""
-        if state.inflight == 0:
-            self._dispose(state)
+        if member.inflight == 0:
+            self._dispose(member)
         else:
-            self._retiring.add(state)
+            self._retiring.add(member)
 
-    def idle(self, state: EndpointState) -> None:
+    def idle(self, member: Member) -> None:
         """A removed endpoint's last permit ended: release its resource now."""
-        if state in self._retiring and self._task_group is not None:
-            self._retiring.discard(state)
-            self._dispose(state)
+        if member in self._retiring and self._task_group is not None:
+            self._retiring.discard(member)
+            self._dispose(member)
 
-    def _dispose(self, state: EndpointState) -> None:
+    def _dispose(self, member: Member) -> None:
         task_group = self._task_group
         if task_group is None:
-            self._retiring.add(state)  # no task group to close it in: aclose() will
+            self._retiring.add(member)  # no task group to close it in: aclose() will
             return
-        resource = self.resources.pop(state, None)
+        resource = self.resources.pop(member, None)
         if self._close is not None and resource is not None:
             task_group.start_soon(self._close_one, resource)
 
@@ -336,31 +336,31 @@ class Membership:
         resources = await self._build([s.endpoint for s in states])
         self._rebuild = False
         self._exhausted = None
-        for state, resource in zip(states, resources, strict=True):
+        for member, resource in zip(states, resources, strict=True):
             if resource is not None:
-                self.resources[state] = resource
-            self._quarantined.pop(state, None)
-            self._cooling.remove(state)
+                self.resources[member] = resource
+            self._quarantined.pop(member, None)
+            self._cooling.remove(member)
             if _ready_method(resource) is not None:  # a new resource is checked afresh
-                self.pool.set_readiness(state, _NOT_READY)
-                self._checks[state] = None
+                self.pool.set_readiness(member, _NOT_READY)
+                self._checks[member] = None
             else:
-                self._checks.pop(state, None)
-                self.pool.set_readiness(state, None)
+                self._checks.pop(member, None)
+                self.pool.set_readiness(member, None)
 
     def attach(self, task_group: anyio.abc.TaskGroup, clock: Callable[[], float]) -> None:
         """Run readiness checks and closes in ``task_group`` (the balancer's), reading ``clock``."""
         self._task_group = task_group
         self._clock = clock
         self._cooling.clear()  # every pending check starts now, quarantined or not
-        for state in self._checks:
-            task_group.start_soon(self._check, state)
+        for member in self._checks:
+            task_group.start_soon(self._check, member)
 
     def detach(self) -> None:
         """Stop using the task group (it has ended, or is ending): checks restart at the next attach."""
         self._task_group = None
-        for state in self._checks:
-            self._checks[state] = None
+        for member in self._checks:
+            self._checks[member] = None
 
     # -- the timer client ----------------------------------------------------------------
 
@@ -374,9 +374,9 @@ class Membership:
         if task_group is None:
             return
         checks = self._checks
-        for state in self._cooling.due(now):
-            if state in checks and checks[state] is None:
-                task_group.start_soon(self._check, state)
+        for member in self._cooling.due(now):
+            if member in checks and checks[member] is None:
+                task_group.start_soon(self._check, member)
 
     async def aclose(self) -> None:
         """When the balancer stops: close every resource (shielded); the next run rebuilds them."""
@@ -386,8 +386,8 @@ class Membership:
         self._retiring.clear()
         self._rebuild = self._factory is not None and bool(self.pool.members)
         with anyio.CancelScope(shield=True):
-            for state in states:
-                resource = self.resources.pop(state, None)
+            for member in states:
+                resource = self.resources.pop(member, None)
                 if resource is not None:
                     await self._close_one(resource)
 
@@ -406,68 +406,68 @@ class Membership:
         if self._exhausted is None:  # a removal, not a failure, left only quarantined members
             self._exhaust(next(reversed(quarantined)))
         assert self._exhausted is not None  # noqa: S101 - just set
-        state, index = self._exhausted
-        return ReadinessError(index, state.endpoint.id)
+        member, index = self._exhausted
+        return ReadinessError(index, member.endpoint.id)
 
-    def _exhaust(self, state: EndpointState) -> None:
+    def _exhaust(self, member: Member) -> None:
         # O(n), but only when the pool becomes exhausted, not on every failure.
-        index = list(self.pool.members).index(state.endpoint.id)
-        self._exhausted = (state, index)
+        index = list(self.pool.members).index(member.endpoint.id)
+        self._exhausted = (member, index)
         logger.error(
             "poise_py: readiness failures quarantined the whole pool (last: %r at index %d)",
-            state.endpoint.id,
+            member.endpoint.id,
             index,
         )
 
-    async def _check(self, state: EndpointState) -> None:
-        if state not in self._checks or self._checks[state] is not None:
+    async def _check(self, member: Member) -> None:
+        if member not in self._checks or self._checks[member] is not None:
             return  # removed before it started, or already being checked
-        ready = _ready_method(self.resources.get(state))
+        ready = _ready_method(self.resources.get(member))
         if ready is None:  # pragma: no cover - only resources with ready() are queued
             return
         with anyio.CancelScope() as scope:
-            self._checks[state] = scope
+            self._checks[member] = scope
             problem = await _try_ready(ready, self._readiness.timeout)
             if problem is None:
-                self._passed(state)
+                self._passed(member)
             else:
-                self._failed(state, problem)
+                self._failed(member, problem)
 
-    def _passed(self, state: EndpointState) -> None:
-        if state not in self._checks:
+    def _passed(self, member: Member) -> None:
+        if member not in self._checks:
             return  # removed while ready() was returning; its cancellation has not landed yet
-        del self._checks[state]
-        failures = self._cooling.passed(state)
-        self._quarantined.pop(state, None)
+        del self._checks[member]
+        failures = self._cooling.passed(member)
+        self._quarantined.pop(member, None)
         self._exhausted = None
-        self.pool.set_readiness(state, None)
+        self.pool.set_readiness(member, None)
         if failures:
-            logger.info("poise_py: endpoint %r passed readiness after %d failures", state.endpoint.id, failures)
+            logger.info("poise_py: endpoint %r passed readiness after %d failures", member.endpoint.id, failures)
         self.notify()
 
-    def _failed(self, state: EndpointState, problem: str) -> None:
-        if state not in self._checks:
+    def _failed(self, member: Member, problem: str) -> None:
+        if member not in self._checks:
             return  # removed while ready() was failing
-        self._checks[state] = None  # no check running: the next starts when the cool-down ends
+        self._checks[member] = None  # no check running: the next starts when the cool-down ends
         clock = self._clock
         assert clock is not None  # noqa: S101 - checks run only once attached
-        failures = self._cooling.failed(state, clock())
+        failures = self._cooling.failed(member, clock())
         self.wake()
         self.readiness_failures = sat_add(self.readiness_failures)
-        self.pool.set_readiness(state, _QUARANTINED)
+        self.pool.set_readiness(member, _QUARANTINED)
         # One warning per failing streak, not one per check: rule 5 (rate-limit per-endpoint logs).
         log = logger.warning if failures == 1 else logger.debug
         log(
             "poise_py: endpoint %r failed readiness (%s); quarantined for %.3gs",
-            state.endpoint.id,
+            member.endpoint.id,
             problem,
             self._readiness.cooldown,
         )
         quarantined = self._quarantined
-        quarantined.pop(state, None)
-        quarantined[state] = None
+        quarantined.pop(member, None)
+        quarantined[member] = None
         if self._exhausted is None and len(quarantined) == len(self.pool.members):
-            self._exhaust(state)
+            self._exhaust(member)
         self.notify()
 
     # -- waiting -----------------------------------------------------------------------

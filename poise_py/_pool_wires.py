@@ -2,7 +2,8 @@
 
 :class:`BalancerListener` is the one :class:`~poise_py._core._listener.PoolListener` a
 ``LoadBalancer`` hands its pool: it fans each report out to telemetry, the fleet
-coordinator, the timer's wake-up and the drain waiters. :class:`PermitExit` is what every
+coordinator, the membership, the wait queue (``replan``), the timer's wake-up and the
+drain waiters. :class:`PermitExit` is what every
 :class:`~poise_py.Permit` is given at creation to report its end: the pool, the clock and
 the balancer's verdict on an exception, so a permit reads no other object's private state.
 """
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from ._coordination._coordinator import Coordinator
     from ._core._circuit import Ticket, Transition
     from ._core._pool import Pool
-    from ._core._record import EndpointState
+    from ._core._record import Member
     from ._faults import Classification, Fault
     from ._load_report import LoadReport
     from ._membership import Membership
@@ -55,10 +56,10 @@ class PermitExit:
         clock: Clock,
         verdict: ExitVerdict,
         observer_failed: Callable[[object, Exception], None],
-        resources: dict[EndpointState, object],
+        resources: dict[Member, object],
     ) -> None:
         self.pool: Pool = pool
-        self.resources: dict[EndpointState, object] = resources
+        self.resources: dict[Member, object] = resources
         self.clock: Clock = clock
         self.verdict: ExitVerdict = verdict
         self.observer_failed: Callable[[object, Exception], None] = observer_failed
@@ -69,15 +70,15 @@ class PermitExit:
         """Whether callers wait: while they do, each permit's end is reported to ``released``."""
         self.waiting = waiting
 
-    def succeed(self, state: EndpointState, ticket: Ticket, started: float) -> None:
+    def succeed(self, member: Member, ticket: Ticket, started: float) -> None:
         """Record a success: the hot path of every call (the clock is read only if the circuit needs the time)."""
-        self.pool.succeed(state, ticket, self.clock.now() if state.success_needs_now else 0.0, started)
+        self.pool.succeed(member, ticket, self.clock.now() if member.success_needs_now else 0.0, started)
         if self.waiting:
             self.released()
 
     def finish(
         self,
-        state: EndpointState,
+        member: Member,
         ticket: Ticket,
         started: float,
         fault: Fault,
@@ -87,29 +88,31 @@ class PermitExit:
     ) -> None:
         """Record a fault of tier ``fault`` (``overload``: load-shaped, see :class:`Classification`)."""
         now = self.clock.now()
-        self.pool.complete(state, ticket, fault, now, latency=now - started, retry_after=retry_after, overload=overload)
+        self.pool.complete(
+            member, ticket, fault, now, latency=now - started, retry_after=retry_after, overload=overload
+        )
         if self.waiting:
             self.released()
 
-    def finish_exc(self, state: EndpointState, ticket: Ticket, started: float, exc: BaseException) -> Fault | None:
+    def finish_exc(self, member: Member, ticket: Ticket, started: float, exc: BaseException) -> Fault | None:
         """Record the end of a block left by ``exc``: the classified fault, or (None) a cancellation."""
-        verdict = self.verdict(exc, state.endpoint.id)
+        verdict = self.verdict(exc, member.endpoint.id)
         if verdict is None:
-            self.pool.cancel(state, ticket)
+            self.pool.cancel(member, ticket)
             return None
-        self.finish(state, ticket, started, verdict.fault, verdict.retry_after, overload=verdict.overload)
+        self.finish(member, ticket, started, verdict.fault, verdict.retry_after, overload=verdict.overload)
         return verdict.fault
 
-    def cancel(self, state: EndpointState, ticket: Ticket, *, counted: bool = True) -> None:
+    def cancel(self, member: Member, ticket: Ticket, *, counted: bool = True) -> None:
         """Release a permit that ended without an outcome (``counted``: as a cancellation)."""
-        self.pool.cancel(state, ticket, counted=counted)
+        self.pool.cancel(member, ticket, counted=counted)
         if self.waiting:
             self.released()
 
-    def report_load(self, state: EndpointState, report: LoadReport) -> None:
+    def report_load(self, member: Member, report: LoadReport) -> None:
         """Keep an endpoint's ORCA load report (utilization: the application's if reported, else the CPU's)."""
         self.pool.report_load(
-            state,
+            member,
             report,
             self.clock.now(),
             utilization=report.application_utilization or report.cpu_utilization,
@@ -117,23 +120,23 @@ class PermitExit:
             eps=report.eps,
         )
 
-    def report_quota(self, state: EndpointState, quota: Quota) -> None:
+    def report_quota(self, member: Member, quota: Quota) -> None:
         """Keep what an endpoint's provider said of its quota: requests left, or spent and when it resets."""
         if quota.exhausted:
-            self.pool.report_quota(state, self.clock.now(), remaining=0, resets_in=quota.resets_in)
+            self.pool.report_quota(member, self.clock.now(), remaining=0, resets_in=quota.resets_in)
         elif quota.requests_remaining is not None:
             share = quota.remaining_fraction
             self.pool.report_quota(
-                state,
+                member,
                 self.clock.now(),
                 remaining=quota.requests_remaining,
                 resets_in=None,
                 share=1.0 if share is None else share,
             )
 
-    def orphan(self, state: EndpointState, ticket: Ticket) -> None:
+    def orphan(self, member: Member, ticket: Ticket) -> None:
         """Queue a garbage-collected permit's cancellation (safe inside any pool operation)."""
-        self.pool.orphans.append((state, ticket))
+        self.pool.orphans.append((member, ticket))
 
 
 class BalancerListener:
@@ -159,7 +162,7 @@ class BalancerListener:
         self,
         clock: Callable[[], float],
         wake: Callable[[], None],
-        drain_waiters: dict[EndpointState, anyio.Event],
+        drain_waiters: dict[Member, anyio.Event],
         *,
         telemetry: Telemetry | None = None,
         membership: Membership | None = None,
@@ -175,22 +178,22 @@ class BalancerListener:
         self.replan: Callable[[], None] = _nothing if replan is None else replan
         """Told when the set of endpoints that may take permits changed (the wait queue)."""
 
-    def transition(self, state: EndpointState, transition: Transition) -> None:
+    def transition(self, member: Member, transition: Transition) -> None:
         """Wake the timer for a new deadline, mirror the move to the fleet, log and emit it."""
         if transition.reopen_at is not None:
             self.armed()
         if self.coordinator is not None:
-            self.coordinator.moved(state, transition)
+            self.coordinator.moved(member, transition)
         if self.telemetry is not None:
-            self.telemetry.on_transition(state, transition)
+            self.telemetry.on_transition(member, transition)
 
-    def idle(self, state: EndpointState) -> None:
+    def idle(self, member: Member) -> None:
         """Wake a drain waiter; release a departed endpoint's resource."""
-        waiter = self.drain_waiters.pop(state, None)
+        waiter = self.drain_waiters.pop(member, None)
         if waiter is not None:
             waiter.set()
-        if not state.live and self.membership is not None:
-            self.membership.idle(state)
+        if not member.live and self.membership is not None:
+            self.membership.idle(member)
 
     def panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
         """PanicStarted / PanicEnded (logged by telemetry)."""
@@ -198,12 +201,12 @@ class BalancerListener:
             event = PanicStarted if started else PanicEnded
             self.telemetry.emit(event(at=self.clock(), tier=tier, healthy_share=healthy_share))
 
-    def degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+    def degraded(self, member: Member, degraded: bool) -> None:  # noqa: FBT001
         """EndpointDegraded / EndpointDegradationEnded."""
         if self.telemetry is not None:
-            self.telemetry.degraded(state, degraded, self.clock())
+            self.telemetry.degraded(member, degraded, self.clock())
 
-    def left(self, states: list[EndpointState]) -> None:
+    def left(self, states: list[Member]) -> None:
         """Telemetry folds the departed endpoints' counters."""
         if self.telemetry is not None:
             self.telemetry.left(states)
@@ -212,26 +215,26 @@ class BalancerListener:
         """Wake the timer task so it waits for the new deadline."""
         self.wake()
 
-    def probe_result(self, state: EndpointState) -> None:
+    def probe_result(self, member: Member) -> None:
         """Hand a freed leased probe slot back to the fleet."""
         if self.coordinator is not None:
-            self.coordinator.probe_result(state)
+            self.coordinator.probe_result(member)
 
-    def ramp(self, state: EndpointState, *, started: bool) -> None:
+    def ramp(self, member: Member, *, started: bool) -> None:
         """SlowStartBegan / SlowStartEnded."""
         if self.telemetry is not None:
             event = SlowStartBegan if started else SlowStartEnded
-            self.telemetry.emit(event(at=self.clock(), endpoint_id=state.endpoint.id))
+            self.telemetry.emit(event(at=self.clock(), endpoint_id=member.endpoint.id))
 
     def replanned(self) -> None:
         """The eligible set changed: waiters may be served."""
         self.replan()
 
-    def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
+    def limit_changed(self, member: Member, limit: int, previous: int) -> None:
         """ConcurrencyLimitChanged (the pool reports a step, not every nudge)."""
         if self.telemetry is not None:
             self.telemetry.emit(
-                ConcurrencyLimitChanged(at=self.clock(), endpoint_id=state.endpoint.id, limit=limit, previous=previous)
+                ConcurrencyLimitChanged(at=self.clock(), endpoint_id=member.endpoint.id, limit=limit, previous=previous)
             )
 
 

@@ -13,7 +13,7 @@ from ._core._health_schedule import HealthSnapshot
 from ._core._limits import UNLIMITED
 from ._core._load_signals import LoadSignal
 from ._core._pool import Pool
-from ._core._record import FAULT_INDEX, MODE_INDEX, EndpointState
+from ._core._record import FAULT_INDEX, MODE_INDEX, Member
 from ._core._routing import TRAFFIC_UNITS
 from ._core._tally import SATURATED
 from ._decision import DecisionMode
@@ -207,7 +207,7 @@ class PoolSnapshot:
 
 
 def endpoint_snapshot(
-    pool: Pool, state: EndpointState, health: HealthView | None = None, *, now: float | None = None
+    pool: Pool, member: Member, health: HealthView | None = None, *, now: float | None = None
 ) -> EndpointSnapshot:
     """Freeze one endpoint's state (``health`` gives its active-health view by id).
 
@@ -215,14 +215,14 @@ def endpoint_snapshot(
     ejection would use, and places a slow start in its window; without it the level is
     reported undecayed and a ramp at its start.
     """
-    circuit = state.circuit
-    signal = pool.signal(state)
-    weight = float(state.endpoint.weight)
+    circuit = member.circuit
+    signal = pool.signal(member)
+    weight = float(member.endpoint.weight)
     ramp_progress: float | None = None
     max_in_flight: int | None = None
     concurrency_limit: int | None = None
-    control = pool.control(state)
-    resets_at = pool.resting_until(state)
+    control = pool.control(member)
+    resets_at = pool.resting_until(member)
     quota_remaining: int | None = 0 if resets_at is not None else None
     if control is not None:
         if resets_at is None and control.quota < UNLIMITED:
@@ -235,21 +235,21 @@ def endpoint_snapshot(
         if since is not None and shape is not None:
             at = since if now is None or not now >= since else now  # NaN off the balancer's thread
             ramp_progress = min(1.0, (at - since) / shape.window)
-            weight *= pool.ramp_factor(state, at)
+            weight *= pool.ramp_factor(member, at)
         else:
             weight *= control.share
     return EndpointSnapshot(
-        endpoint=state.endpoint,
+        endpoint=member.endpoint,
         state=circuit.state,
         epoch=circuit.epoch,
-        inflight=state.inflight,
-        admin=state.admin,
-        eligible_reason=pool.refusal(state),
+        inflight=member.inflight,
+        admin=member.admin,
+        eligible_reason=pool.refusal(member),
         reopen_at=circuit.next_deadline(),
         consecutive_failures=circuit.consecutive_failures,
         escalation_level=circuit.level if now is None else circuit.escalation_level(now),
-        counters=endpoint_counters(state, signal),
-        health=None if health is None else health(state.endpoint.id),
+        counters=endpoint_counters(member, signal),
+        health=None if health is None else health(member.endpoint.id),
         degraded=circuit.degraded,
         effective_weight=weight,
         ramp_progress=ramp_progress,
@@ -258,28 +258,28 @@ def endpoint_snapshot(
         load_report=None if signal is None else cast("LoadReport | None", signal.report),
         load_reported_at=None if signal is None or not signal.reports else signal.reported_at,
         load_weight=None if signal is None or signal.weight <= 0.0 else signal.weight,
-        held_failures=0 if now is None else pool.held(state, now),
+        held_failures=0 if now is None else pool.held(member, now),
         quota_remaining=quota_remaining,
         quota_resets_at=resets_at,
     )
 
 
-def endpoint_counters(state: EndpointState, signal: LoadSignal | None) -> EndpointCounters:
+def endpoint_counters(member: Member, signal: LoadSignal | None) -> EndpointCounters:
     """Freeze one endpoint's counters (each saturating at ``2**64 - 1``); ``signal``: what its backend said."""
-    circuit = state.circuit
-    issued = min(SATURATED, state.successes + sum(state.faults) + state.cancellations + state.inflight)
-    modes = state.mode_selections
+    circuit = member.circuit
+    issued = min(SATURATED, member.successes + sum(member.faults) + member.cancellations + member.inflight)
+    modes = member.mode_selections
     rerouted = sum(modes)
     selections = {m: min(SATURATED, modes[i]) for m, i in MODE_INDEX.items()}
     selections[DecisionMode.HEALTHY] = max(0, issued - rerouted)
     return EndpointCounters(
         issued=issued,
         selections=MappingProxyType(selections),
-        successes=state.successes,
-        faults=MappingProxyType({f: state.faults[i] for f, i in FAULT_INDEX.items()}),
-        cancellations=state.cancellations,
-        probes=state.probes,
-        stale=state.stale,
+        successes=member.successes,
+        faults=MappingProxyType({f: member.faults[i] for f, i in FAULT_INDEX.items()}),
+        cancellations=member.cancellations,
+        probes=member.probes,
+        stale=member.stale,
         ejections=min(SATURATED, circuit.ejections),
         suppressed_ejections=min(SATURATED, circuit.suppressed_ejections),
         load_reports=0 if signal is None else min(SATURATED, signal.reports),

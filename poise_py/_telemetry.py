@@ -3,14 +3,14 @@
 Theory of operation
 -------------------
 Nothing here runs on the hot path. The per-endpoint counters already live on each
-``EndpointState`` (the pool bumps them as it records outcomes); this module only reads
+``Member`` (the pool bumps them as it records outcomes); this module only reads
 them when asked (:meth:`Telemetry.statistics`), and folds an endpoint's counters into the
 pool totals once it has left and its last permit has ended, so totals never go
 backwards and the number of series stays bounded by the live pool.
 
-Events come from cold paths only: a circuit move (the pool's ``on_transition`` hook), a
-discovery update, a failed selection, and whatever routing, health and coordination code
-hands to :meth:`Telemetry.emit`. ``emit`` counts the event, logs it through a per-key
+Events come from cold paths only: a circuit move (the listener's ``transition`` calls
+:meth:`Telemetry.on_transition`), a discovery update, a failed selection, and whatever
+routing, health and coordination code hands to :meth:`Telemetry.emit`. ``emit`` counts the event, logs it through a per-key
 rate limit, appends it to every subscriber's bounded buffer (dropping the oldest, never
 blocking) and calls the observers synchronously.
 
@@ -41,7 +41,7 @@ from ._core._circuit import CircuitState, Transition
 from ._core._event_values import BalancerEvent, NoEligibleCleared, NoEligiblePersisting
 from ._core._health_schedule import HealthStatus
 from ._core._pool import Pool
-from ._core._record import FAULT_INDEX, MODE_INDEX, EndpointState
+from ._core._record import FAULT_INDEX, MODE_INDEX, Member
 from ._core._tally import SATURATED
 from ._decision import DecisionMode
 from ._errors import ConfigError, SelectionError
@@ -115,17 +115,17 @@ class _Totals:
         self.ejections = 0
         self.modes = [0] * len(MODE_INDEX)
 
-    def add(self, states: list[EndpointState]) -> None:
+    def add(self, states: list[Member]) -> None:
         """Fold ``states``' counters in, a counter at a time (a large departure costs a pass per counter)."""
         if not states:
             return
-        self.successes += sum([state.successes for state in states])
-        self.faults = _column_sums(self.faults, [state.faults for state in states])
-        self.cancellations += sum([state.cancellations for state in states])
-        self.probes += sum([state.probes for state in states])
-        self.stale += sum([state.stale for state in states])
-        self.ejections += sum([state.circuit.ejections for state in states])
-        self.modes = _column_sums(self.modes, [state.mode_selections for state in states])
+        self.successes += sum([member.successes for member in states])
+        self.faults = _column_sums(self.faults, [member.faults for member in states])
+        self.cancellations += sum([member.cancellations for member in states])
+        self.probes += sum([member.probes for member in states])
+        self.stale += sum([member.stale for member in states])
+        self.ejections += sum([member.circuit.ejections for member in states])
+        self.modes = _column_sums(self.modes, [member.mode_selections for member in states])
 
     def copy(self) -> _Totals:
         other = _Totals()
@@ -243,7 +243,7 @@ class Telemetry:
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
         self._counts: dict[type[BalancerEvent], int] = {}
         self._departed = _Totals()
-        self._lingering: list[EndpointState] = []
+        self._lingering: list[Member] = []
         self._prune_at = 16
         self._unexamined = 0
         """Lingering endpoints the running fold has still to look at (0: no fold running)."""
@@ -423,18 +423,18 @@ class Telemetry:
             case _:
                 pass
 
-    def degraded(self, state: EndpointState, degraded: bool, now: float) -> None:  # noqa: FBT001
+    def degraded(self, member: Member, degraded: bool, now: float) -> None:  # noqa: FBT001
         """The pool's ``on_degraded`` hook: EndpointDegraded / EndpointDegradationEnded."""
-        endpoint_id = state.endpoint.id
-        circuit = state.circuit
+        endpoint_id = member.endpoint.id
+        circuit = member.circuit
         if degraded:
             self.emit(EndpointDegraded(at=now, endpoint_id=endpoint_id, cause=circuit.degraded_cause))
         else:
             self.emit(EndpointDegradationEnded(at=now, endpoint_id=endpoint_id, ejected=circuit.state is not _C))
 
-    def on_transition(self, state: EndpointState, transition: Transition) -> None:
-        """The pool's ``on_transition`` hook: log the move, emit the circuit events."""
-        endpoint_id = state.endpoint.id
+    def on_transition(self, member: Member, transition: Transition) -> None:
+        """A circuit moved (the listener's ``transition`` calls this): log the move, emit the circuit events."""
+        endpoint_id = member.endpoint.id
         source, target, cause, at = transition.source, transition.target, transition.cause, transition.at
         if target is _O or (source is _C and target is not _C):
             level = logging.WARNING if source is _C else logging.INFO
@@ -478,14 +478,12 @@ class Telemetry:
                 EndpointEjected(at=at, endpoint_id=endpoint_id, cause=cause, state=target, until=transition.reopen_at)
             )
 
-    def health_changed(
-        self, state: EndpointState, before: HealthStatus | None, status: HealthStatus, now: float
-    ) -> None:
+    def health_changed(self, member: Member, before: HealthStatus | None, status: HealthStatus, now: float) -> None:
         """Active health's hook: an UNHEALTHY verdict ejects, leaving UNHEALTHY readmits."""
         if status is HealthStatus.UNHEALTHY and before is not HealthStatus.UNHEALTHY:
-            self.emit(EndpointEjected(at=now, endpoint_id=state.endpoint.id, cause=None))
+            self.emit(EndpointEjected(at=now, endpoint_id=member.endpoint.id, cause=None))
         elif before is HealthStatus.UNHEALTHY and status is not HealthStatus.UNHEALTHY:
-            self.emit(EndpointReadmitted(at=now, endpoint_id=state.endpoint.id, cause=None))
+            self.emit(EndpointReadmitted(at=now, endpoint_id=member.endpoint.id, cause=None))
 
     # -- the no-eligible alert ---------------------------------------------------------
 
@@ -535,7 +533,7 @@ class Telemetry:
 
     # -- counters ----------------------------------------------------------------------
 
-    def left(self, states: list[EndpointState]) -> None:
+    def left(self, states: list[Member]) -> None:
         """Endpoints left the pool (the pool listener's ``left``): fold their counters once their last permit ends."""
         lingering = self._lingering
         lingering.extend(states)
@@ -553,8 +551,8 @@ class Telemetry:
         n = min(self._unexamined, FOLD_STEP)
         step = lingering[:n]
         del lingering[:n]
-        self._departed.add([state for state in step if state.inflight == 0])
-        lingering.extend([state for state in step if state.inflight != 0])
+        self._departed.add([member for member in step if member.inflight == 0])
+        lingering.extend([member for member in step if member.inflight != 0])
         self._unexamined -= n
         if not self._unexamined:
             # Set from what is still lingering after the fold (states with permits in
@@ -563,10 +561,10 @@ class Telemetry:
 
     def _successes_total(self) -> int:
         total = self._departed.successes
-        for state in self._pool.members.values():
-            total += state.successes
-        for state in self._lingering:
-            total += state.successes
+        for member in self._pool.members.values():
+            total += member.successes
+        for member in self._lingering:
+            total += member.successes
         return total
 
     def statistics(
@@ -590,8 +588,8 @@ class Telemetry:
         lingering = list(self._lingering)
         totals.add(members)
         totals.add(lingering)
-        inflight = sum([state.inflight for state in members]) + sum([state.inflight for state in lingering])
-        endpoints = {state.endpoint.id: endpoint_counters(state, pool.signal(state)) for state in members}
+        inflight = sum([member.inflight for member in members]) + sum([member.inflight for member in lingering])
+        endpoints = {member.endpoint.id: endpoint_counters(member, pool.signal(member)) for member in members}
         issued = totals.successes + sum(totals.faults) + totals.cancellations + inflight
         rerouted = sum(totals.modes)
         modes = {m: _sat(totals.modes[i]) for m, i in MODE_INDEX.items()}

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 Every part of the balancer that needs time to pass (the pool's circuits and outlier
-evaluations, active health probes, the no-eligible alert, readiness quarantine, fleet
-coordination) is a :class:`TimerClient`: a synchronous ``next_deadline()`` that says when
+evaluations, active health probes, the no-eligible alert, readiness quarantine, the wait queue's
+deadlines, fleet coordination) is a :class:`TimerClient`: a synchronous ``next_deadline()`` that says when
 it next has work, and a synchronous ``handle_timer(now)`` that does what is due at
 ``now``. A client decides; any I/O it decides on goes to a task in the balancer's task
 group (a probe, a readiness check), never to a sleep of its own.

@@ -34,7 +34,7 @@ from .._core._circuit import Transition
 from .._core._circuit_policy import CircuitPolicy
 from .._core._fleet import FleetCore
 from .._core._pool import Pool
-from .._core._record import EndpointState
+from .._core._record import Member
 from .._errors import CoordinationError
 from ._config import Coordination, CoordinationChange, CoordinationStatistics
 from ._protocol import CHANGES_PROTOCOL_VERSION, CLOCK_SLACK, Changes
@@ -95,14 +95,14 @@ class Coordinator:
 
     # -- hooks from the pool (synchronous, cheap) ----------------------------------------
 
-    def moved(self, state: EndpointState, transition: Transition) -> None:
+    def moved(self, member: Member, transition: Transition) -> None:
         """A circuit moved: note it and wake the worker."""
-        self._core.moved(state, transition)
+        self._core.moved(member, transition)
         self._kick()
 
-    def probe_result(self, state: EndpointState) -> None:
+    def probe_result(self, member: Member) -> None:
         """A probe reported without moving its circuit, or was cancelled: free its slot."""
-        self._core.probe_result(state)
+        self._core.probe_result(member)
         self._kick()
 
     def refused(self, now: float) -> None:
@@ -133,9 +133,9 @@ class Coordinator:
         """Whether the circuits currently follow the shared state."""
         return self._core.connected
 
-    def mirrored_version(self, state: EndpointState) -> int:
-        """The shared record's version ``state``'s circuit mirrors (-1: none yet); for tests."""
-        return self._core.mirrored_version(state)
+    def mirrored_version(self, member: Member) -> int:
+        """The shared record's version ``member``'s circuit mirrors (-1: none yet); for tests."""
+        return self._core.mirrored_version(member)
 
     def statistics(self) -> CoordinationStatistics:
         """A frozen view of the counters."""

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from ._circuit import Circuit
     from ._circuit_policy import CircuitPolicy
-    from ._record import EndpointState
+    from ._record import Member
 
 MAX_LEVEL = 2**64
 _SATURATED = 2**64 - 1
@@ -156,7 +156,7 @@ class EjectionGuard:
         self._share = max_share
         self._allowance = 1
         self._ejected = 0
-        self._degraded: dict[EndpointState, None] = {}
+        self._degraded: dict[Member, None] = {}
         """Degraded endpoints, longest degraded first: the next to eject when the guard has room."""
         self.suppressed: int = 0
         """Trips the guard refused, pool-wide (saturating)."""
@@ -180,33 +180,33 @@ class EjectionGuard:
         """Recompute the allowance for a pool of ``pool_size`` endpoints."""
         self._allowance = ejection_allowance(pool_size, self._share)
 
-    def update(self, state: EndpointState) -> bool | None:
-        """Bring the counts in line with ``state``'s circuit; the new degraded flag if it changed, else None."""
-        circuit = state.circuit
+    def update(self, member: Member) -> bool | None:
+        """Bring the counts in line with ``member``'s circuit; the new degraded flag if it changed, else None."""
+        circuit = member.circuit
         ejected = circuit.ejected
-        if ejected != state.was_ejected:
-            state.was_ejected = ejected
+        if ejected != member.was_ejected:
+            member.was_ejected = ejected
             self._ejected += 1 if ejected else -1
         degraded = circuit.degraded
-        if degraded is state.was_degraded:
+        if degraded is member.was_degraded:
             return None
-        state.was_degraded = degraded
+        member.was_degraded = degraded
         if degraded:
-            self._degraded[state] = None
+            self._degraded[member] = None
         else:
-            del self._degraded[state]
+            del self._degraded[member]
         return degraded
 
-    def leave(self, state: EndpointState) -> None:
+    def leave(self, member: Member) -> None:
         """Forget an endpoint that left the pool."""
-        if state.was_ejected:
+        if member.was_ejected:
             self._ejected -= 1
-            state.was_ejected = False
-        if state.was_degraded:
-            state.was_degraded = False
-            del self._degraded[state]
+            member.was_ejected = False
+        if member.was_degraded:
+            member.was_degraded = False
+            del self._degraded[member]
 
-    def next_to_eject(self) -> EndpointState | None:
+    def next_to_eject(self) -> Member | None:
         """The longest-degraded endpoint, if the guard has room to eject it now; else None."""
         if self._degraded and self._ejected < self._allowance:
             return next(iter(self._degraded))
@@ -218,18 +218,18 @@ class EjectionGuard:
             self.suppressed = min(self.suppressed + 1, _SATURATED)
 
 
-def rotation_answers(members: Iterable[EndpointState], state: EndpointState, now: float) -> bool:
-    """Whether the endpoints still in rotation vouch that ``state``'s fault is its own.
+def rotation_answers(members: Iterable[Member], member: Member, now: float) -> bool:
+    """Whether the endpoints still in rotation vouch that ``member``'s fault is its own.
 
-    Asked only when ``max_ejection_percent`` has no room for ``state``'s trip. The
+    Asked only when ``max_ejection_percent`` has no room for ``member``'s trip. The
     guard is there for a sick pool, where the endpoints still taking traffic fail
     too; when every endpoint in rotation (healthy, not ejected, not degraded, not
-    ``state``) answered its latest call, and there is at least one, the pool is not
+    ``member``) answered its latest call, and there is at least one, the pool is not
     sick and the dying endpoint leaves. Stops at the first one that failed.
     """
     vouched = False
     for other in members:
-        if other is state or not other.is_candidate:
+        if other is member or not other.is_candidate:
             continue
         if not other.circuit.answering(now):
             return False
@@ -237,13 +237,13 @@ def rotation_answers(members: Iterable[EndpointState], state: EndpointState, now
     return vouched
 
 
-def rate_quorum(policy: CircuitPolicy, members: Iterable[EndpointState], now: float) -> bool:
+def rate_quorum(policy: CircuitPolicy, members: Iterable[Member], now: float) -> bool:
     """Whether ``minimum_hosts`` closed circuits have ``minimum_volume`` outcomes (stops early)."""
     needed = policy.minimum_hosts
     assert needed is not None  # noqa: S101 - only with minimum_hosts
     volume = policy.minimum_volume
-    for state in members:
-        circuit = state.circuit
+    for member in members:
+        circuit = member.circuit
         if circuit.fast_ticket is not None and circuit.window_counts(now)[0] >= volume:  # CLOSED, with the volume
             needed -= 1
             if not needed:

@@ -84,7 +84,7 @@ from ._fleet_actions import (
     TripOpen,
 )
 from ._pool import Pool
-from ._record import EndpointState, sat_add
+from ._record import Member, sat_add
 from ._shared import CLOCK_SLACK, Changes, OpenWait, ProbeReport, Reply, SharedState
 
 _C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
@@ -187,8 +187,8 @@ class FleetCore:
         self._horizon = max(escalation.maximum, policy.max_retry_after, probe_lease) + CLOCK_SLACK
         self._ledger: str | None = None  # a damaged change log, reported once until healthy
         self.counters = FleetCounters()
-        self._links: dict[EndpointState, _Link] = {}
-        self._dirty: dict[EndpointState, None] = {}
+        self._links: dict[Member, _Link] = {}
+        self._dirty: dict[Member, None] = {}
         self._new_members = True
         self._connected = False
         self._announced = False  # an outage was reported (the first failure, at start-up too)
@@ -208,21 +208,21 @@ class FleetCore:
 
     # -- inputs from the hot path (synchronous, cheap) ------------------------------------
 
-    def moved(self, state: EndpointState, transition: Transition) -> None:
+    def moved(self, member: Member, transition: Transition) -> None:
         """A circuit moved: remember a trip's details and want a job."""
         cause = transition.cause
         if transition.target is _O and cause not in _SHARED_CAUSES:
-            link = self._link(state)
+            link = self._link(member)
             link.trip = transition
             link.held = False
         elif cause is Cause.HEALTH_CHECK_PASSED or cause is Cause.POOL_LOADED:
-            self._link(state).held = True
-        self._mark(state)
+            self._link(member).held = True
+        self._mark(member)
 
-    def probe_result(self, state: EndpointState) -> None:
+    def probe_result(self, member: Member) -> None:
         """A probe reported without moving its circuit, or was cancelled: free its slot."""
-        self._link(state).release = True
-        self._mark(state)
+        self._link(member).release = True
+        self._mark(member)
 
     def refused(self, now: float) -> None:
         """An acquire found no eligible endpoint: demand, which a waiting round leases for."""
@@ -259,9 +259,9 @@ class FleetCore:
         """The storage operation the running job waits for, or None when no job runs."""
         return self._operation
 
-    def mirrored_version(self, state: EndpointState) -> int:
+    def mirrored_version(self, member: Member) -> int:
         """The shared record's version this endpoint's circuit mirrors (-1: none yet)."""
-        link = self._links.get(state)
+        link = self._links.get(member)
         return -1 if link is None else link.version
 
     def events(self) -> list[FleetEvent]:
@@ -287,7 +287,7 @@ class FleetCore:
         if self._connected:
             ran = self._timers_ran
             interval = self._sync_interval
-            for state, link in self._links.items():
+            for member, link in self._links.items():
                 deadline = link.deadline
                 view = link.view
                 if (
@@ -295,13 +295,13 @@ class FleetCore:
                     and deadline < wakeup
                     and view is not None
                     and view.state is not _C
-                    and state.live
-                    and state.circuit.epoch == link.epoch
+                    and member.live
+                    and member.circuit.epoch == link.epoch
                     and (ran is None or deadline > ran or link.attempted != view.version)
                 ):
                     wakeup = deadline
                 granted = link.granted_at
-                c = state.circuit
+                c = member.circuit
                 if granted is not None and c.state is _H and c.probe_limit > c.probes_in_flight:
                     held_until = granted + interval
                     if ran is None or held_until > ran:
@@ -415,13 +415,13 @@ class FleetCore:
 
     def _step(self, *, poll: bool, timers: bool = True) -> _Job:
         while self._dirty:
-            state = next(iter(self._dirty))
-            del self._dirty[state]
-            if state.live:
+            member = next(iter(self._dirty))
+            del self._dirty[member]
+            if member.live:
                 try:
-                    yield from self._settle(state)
+                    yield from self._settle(member)
                 except _Down:
-                    self._dirty[state] = None  # settle it after the resync
+                    self._dirty[member] = None  # settle it after the resync
                     raise
         if poll or self._new_members:
             yield from self._poll(everyone=poll)
@@ -441,11 +441,11 @@ class FleetCore:
             self.counters.resyncs = sat_add(self.counters.resyncs)
             self._events.append(StorageRegained(at=now))
         self._announced = False
-        for state, view in zip(members, views, strict=True):
-            if state.live:
-                if self._vet(state, self._link(state), view, now) is None:
-                    self._pool.set_leased(state, True, now)
-                self._receive(state, view, now)
+        for member, view in zip(members, views, strict=True):
+            if member.live:
+                if self._vet(member, self._link(member), view, now) is None:
+                    self._pool.set_leased(member, True, now)
+                self._receive(member, view, now)
         yield from self._step(poll=False)
 
     def _mark_sequence(self) -> Generator[Operation, object, int | None]:
@@ -482,8 +482,8 @@ class FleetCore:
         if everyone:
             self._sequence = sequence
         now = self._now
-        for state, epoch, view in zip(members, epochs, views, strict=True):
-            self._take(state, epoch, view, now)
+        for member, epoch, view in zip(members, epochs, views, strict=True):
+            self._take(member, epoch, view, now)
 
     def _poll_changes(self, since: int) -> Generator[Operation, object, bool]:
         """Read only what changed since the last poll; False if everything must be read instead."""
@@ -496,37 +496,37 @@ class FleetCore:
         self._sequence = answer.sequence
         now = self._now
         for endpoint_id, view in answer.states.items():
-            state = members.get(endpoint_id)
-            if state is not None and state not in fresh:
-                self._take(state, epochs[state], view, now)
+            member = members.get(endpoint_id)
+            if member is not None and member not in fresh:
+                self._take(member, epochs[member], view, now)
         if fresh:
             views = yield from self._read([s.id for s in fresh])
             now = self._now
-            for state, view in zip(fresh, views, strict=True):
-                self._take(state, epochs[state], view, now)
+            for member, view in zip(fresh, views, strict=True):
+                self._take(member, epochs[member], view, now)
         return True
 
-    def _take(self, state: EndpointState, epoch: int, view: SharedState, now: float) -> None:
+    def _take(self, member: Member, epoch: int, view: SharedState, now: float) -> None:
         """Take in a polled record, unless the circuit moved while it was read."""
-        if not state.live:
+        if not member.live:
             return
-        link = self._link(state)
-        if not state.circuit.leased and link.problem is None and self._vet(state, link, view, now) is None:
-            self._pool.set_leased(state, True, now)  # the pool gained it after the last resync
-        if state.circuit.epoch == epoch:
-            self._receive(state, view, now)
+        link = self._link(member)
+        if not member.circuit.leased and link.problem is None and self._vet(member, link, view, now) is None:
+            self._pool.set_leased(member, True, now)  # the pool gained it after the last resync
+        if member.circuit.epoch == epoch:
+            self._receive(member, view, now)
         else:
-            self._mark(state)
+            self._mark(member)
 
     def _due(self, *, timers: bool = True) -> _Job:
         """Begin due rounds (``timers``), hand back unused slots (``timers``), lease for demand."""
         policy = self._policy
         self._waiting = False
         activity: int | None = None
-        for state, link in list(self._links.items()):
+        for member, link in list(self._links.items()):
             view = link.view
-            c = state.circuit
-            if view is None or not state.live or c.epoch != link.epoch or view.state is _C:
+            c = member.circuit
+            if view is None or not member.live or c.epoch != link.epoch or view.state is _C:
                 continue
             now = self._now
             if timers and link.deadline is not None and now >= link.deadline:  # a round is due, or lapsed
@@ -534,13 +534,13 @@ class FleetCore:
                 link.attempted = view.version
                 reply = yield from self._reply(
                     BeginHalfOpen(
-                        state.id,
+                        member.id,
                         expected_version=view.version,
                         permitted=policy.permitted_probes,
                         lease=self._probe_lease,
                     )
                 )
-                if not self._after(state, epoch, reply) or link.view is None:
+                if not self._after(member, epoch, reply) or link.view is None:
                     continue
                 view = link.view
             if view.state is not _H or c.state is not _H or link.version != view.version:
@@ -556,54 +556,54 @@ class FleetCore:
                 refused_at = self._refused_at
                 early = refused_at is not None and refused_at >= min(start, now)
                 link.refusals = self._refusals - 1 if early else self._refusals
-                link.activity = activity - _calls(state)
+                link.activity = activity - _calls(member)
                 link.granted_at = None
             link.reopen = None
-            excluded = self._pool.excluded(state) is not None
+            excluded = self._pool.excluded(member) is not None
             if c.probe_limit > c.probes_in_flight:  # a granted slot not in use
                 held = link.granted_at is None or now >= link.granted_at + self._sync_interval
                 if excluded or (timers and held):
-                    yield from self._hand_back(state, link)
+                    yield from self._hand_back(member, link)
                     link.refusals = self._refusals  # only new demand leases again
                     activity = self._activity()
-                    link.activity = activity - _calls(state)
+                    link.activity = activity - _calls(member)
                 continue
             if excluded or view.probes_remaining <= 0:
                 continue
             if self._refusals == link.refusals:
                 if activity is None:
                     activity = self._activity()
-                if activity - _calls(state) == link.activity:  # no call went elsewhere either
+                if activity - _calls(member) == link.activity:  # no call went elsewhere either
                     self._waiting = True  # no demand here yet: a refused acquire wants a job
                     continue
             epoch = c.epoch
-            reply = yield from self._reply(LeaseProbe(state.id, expected_version=view.version))
-            if c.epoch != epoch or not state.live:
+            reply = yield from self._reply(LeaseProbe(member.id, expected_version=view.version))
+            if c.epoch != epoch or not member.live:
                 if reply.applied:  # the circuit left the round meanwhile: give it back
                     yield from self._reply(
-                        ReportProbe(state.id, expected_version=reply.state.version, report=ProbeReport.RELEASED)
+                        ReportProbe(member.id, expected_version=reply.state.version, report=ProbeReport.RELEASED)
                     )
-                self._mark(state)
+                self._mark(member)
                 continue
-            self._receive(state, reply.state, self._now)
+            self._receive(member, reply.state, self._now)
             if reply.applied:
                 self.counters.leases = sat_add(self.counters.leases)
                 link.granted_at = now = self._now
-                self._pool.grant(state, 1)
+                self._pool.grant(member, 1)
                 link.refusals = self._refusals  # one lease per demand: another needs demand after this one
                 activity = self._activity()
-                link.activity = activity - _calls(state)
+                link.activity = activity - _calls(member)
 
-    def _hand_back(self, state: EndpointState, link: _Link) -> _Job:
+    def _hand_back(self, member: Member, link: _Link) -> _Job:
         """Give this circuit's free leased slots back to the fleet's round."""
-        c = state.circuit
-        for _ in range(self._pool.revoke(state)):
+        c = member.circuit
+        for _ in range(self._pool.revoke(member)):
             epoch = c.epoch
             reply = yield from self._reply(
-                ReportProbe(state.id, expected_version=link.version, report=ProbeReport.RELEASED)
+                ReportProbe(member.id, expected_version=link.version, report=ProbeReport.RELEASED)
             )
             self.counters.released = sat_add(self.counters.released)
-            if not self._after(state, epoch, reply):
+            if not self._after(member, epoch, reply):
                 return
 
     def _activity(self) -> int:
@@ -614,9 +614,9 @@ class FleetCore:
         """
         return sum(_calls(s) for s in self._pool.members.values())
 
-    def _settle(self, state: EndpointState) -> _Job:
-        link = self._link(state)
-        c = state.circuit
+    def _settle(self, member: Member) -> _Job:
+        link = self._link(member)
+        c = member.circuit
         if c.state in _LOCAL_ONLY:
             link.epoch = c.epoch
             return
@@ -625,34 +625,34 @@ class FleetCore:
             release, link.release = link.release, False
             if view is not None and c.state is _H and view.state is _H:
                 if c.probe_successes > link.reported:
-                    yield from self._report(state, link)
+                    yield from self._report(member, link)
                 if release and c.epoch == link.epoch and c.state is _H:
-                    yield from self._hand_back(state, link)  # a cancelled probe's slot: the fleet's again
+                    yield from self._hand_back(member, link)  # a cancelled probe's slot: the fleet's again
             return
         if c.state is _C:
-            self._mirror(state)
+            self._mirror(member)
             return
         if link.problem is not None and c.state is _H:
             return  # an unusable record: the local round probes alone; a failed probe's trip repairs it
-        yield from self._publish(state, link)
+        yield from self._publish(member, link)
 
-    def _publish(self, state: EndpointState, link: _Link) -> _Job:
+    def _publish(self, member: Member, link: _Link) -> _Job:
         """Publish a circuit that opened (or is half-open) on its own."""
-        c = state.circuit
+        c = member.circuit
         trip = link.trip if link.trip is not None and link.trip.epoch == c.epoch else None
         from_probe = trip is not None and trip.source is _H
         expected = link.view.version if link.view is not None else 0
         for _ in range(_TRIP_RETRIES):
             epoch = c.epoch
             wait = self._wait(trip, link)
-            reply = yield from self._reply(TripOpen(state.id, expected_version=expected, wait=wait))
-            if c.epoch != epoch or not state.live:
-                self._mark(state)
+            reply = yield from self._reply(TripOpen(member.id, expected_version=expected, wait=wait))
+            if c.epoch != epoch or not member.live:
+                self._mark(member)
                 return
             shared = reply.state
             if reply.applied:
                 self.counters.published = sat_add(self.counters.published)
-                self._receive(state, shared, self._now, publishing=True)
+                self._receive(member, shared, self._now, publishing=True)
                 return
             if shared.state is _C and not from_probe and shared.version != expected:
                 # Closed at a version this balancer had not seen (a round ended, or the
@@ -661,46 +661,46 @@ class FleetCore:
                 continue
             # Someone else opened it first, or a failed probe's round is over: the
             # shared state wins, as a stale epoch's result would lose locally.
-            self._receive(state, shared, self._now, force=True)
+            self._receive(member, shared, self._now, force=True)
             return
-        self._mark(state)
+        self._mark(member)
 
-    def _report(self, state: EndpointState, link: _Link) -> _Job:
-        c = state.circuit
+    def _report(self, member: Member, link: _Link) -> _Job:
+        c = member.circuit
         while c.probe_successes > link.reported:
             epoch = c.epoch
             reply = yield from self._reply(
-                ReportProbe(state.id, expected_version=link.version, report=ProbeReport.SUCCEEDED)
+                ReportProbe(member.id, expected_version=link.version, report=ProbeReport.SUCCEEDED)
             )
-            if not self._after(state, epoch, reply) or not reply.applied or c.epoch != epoch:
+            if not self._after(member, epoch, reply) or not reply.applied or c.epoch != epoch:
                 return
             link.reported += 1
             if reply.state.probes_completed >= self._policy.success_threshold:
-                reply = yield from self._reply(Close(state.id, expected_version=link.version))
-                self._after(state, epoch, reply)
+                reply = yield from self._reply(Close(member.id, expected_version=link.version))
+                self._after(member, epoch, reply)
                 return
 
     def _close(self) -> _Job:
         """At close: give back the leases this balancer holds and has not used (best effort)."""
-        for state, link in list(self._links.items()):
-            c = state.circuit
+        for member, link in list(self._links.items()):
+            c = member.circuit
             view = link.view
             if view is None or view.state is not _H or c.state is not _H or c.epoch != link.epoch:
                 continue
             for _ in range(c.probe_limit - c.probes_in_flight):
                 try:
                     yield from self._reply(
-                        ReportProbe(state.id, expected_version=link.version, report=ProbeReport.RELEASED)
+                        ReportProbe(member.id, expected_version=link.version, report=ProbeReport.RELEASED)
                     )
                 except _Down:
                     return
 
-    def _after(self, state: EndpointState, epoch: int, reply: Reply) -> bool:
+    def _after(self, member: Member, epoch: int, reply: Reply) -> bool:
         """Take in a reply if the circuit did not move during the call; say whether it was taken."""
-        if state.circuit.epoch != epoch or not state.live:
-            self._mark(state)
+        if member.circuit.epoch != epoch or not member.live:
+            self._mark(member)
             return False
-        self._receive(state, reply.state, self._now)
+        self._receive(member, reply.state, self._now)
         return True
 
     # -- typed operations ----------------------------------------------------------------
@@ -727,22 +727,22 @@ class FleetCore:
 
     def _receive(
         self,
-        state: EndpointState,
+        member: Member,
         view: SharedState,
         now: float,
         *,
         publishing: bool = False,
         force: bool = False,
     ) -> None:
-        link = self._link(state)
-        problem = self._vet(state, link, view, now)
+        link = self._link(member)
+        problem = self._vet(member, link, view, now)
         if problem is not None:
-            self._poison(state, link, problem, now)
+            self._poison(member, link, problem, now)
             return
         if link.problem is not None:  # usable again (repaired, expired or rewritten): follow it
             link.problem = None
             link.version = -1
-            self._pool.set_leased(state, True, now)
+            self._pool.set_leased(member, True, now)
         link.view = view
         deadline = None if view.reopen_at is None else now + view.remaining()
         if deadline is None or view.state is _C:
@@ -755,19 +755,19 @@ class FleetCore:
         link.deadline = deadline
         if view.state is _O:
             link.reopen = link.deadline
-        c = state.circuit
+        c = member.circuit
         if publishing and c.state is _O:
             # Our own trip, accepted: same round, the storage's deadline.
             link.version = view.version
             link.epoch = c.epoch
             if link.deadline is not None:
-                self._pool.retime(state, link.deadline)
+                self._pool.retime(member, link.deadline)
             return
         if (force or publishing) and c.state not in _LOCAL_ONLY:
             link.epoch = c.epoch
-        self._mirror(state)
+        self._mirror(member)
 
-    def _vet(self, state: EndpointState, link: _Link, view: SharedState, now: float) -> str | None:
+    def _vet(self, member: Member, link: _Link, view: SharedState, now: float) -> str | None:
         """What makes ``view`` unusable here, naming its key; None if it is usable.
 
         Beyond what the storage checks (:meth:`SharedState.damage`): a deadline further
@@ -793,7 +793,7 @@ class FleetCore:
                     )
         if problem is None:
             return None
-        return f"key {self._key_name(state.id)}: {problem}"
+        return f"key {self._key_name(member.id)}: {problem}"
 
     def _ledger_seen(self, problem: str | None) -> bool:
         """Take in a change log's health from a reply; False if it is damaged (report it once)."""
@@ -806,24 +806,24 @@ class FleetCore:
             self._events.append(LedgerDamaged(at=self._now, problem=problem))
         return False
 
-    def _poison(self, state: EndpointState, link: _Link, problem: str, now: float) -> None:
+    def _poison(self, member: Member, link: _Link, problem: str, now: float) -> None:
         """An unusable record: this endpoint alone decides locally, reported once per episode."""
         link.view = None
         link.deadline = None
         link.reopen = None
-        link.epoch = state.circuit.epoch
-        if state.circuit.leased:
-            self._pool.set_leased(state, False, now)
+        link.epoch = member.circuit.epoch
+        if member.circuit.leased:
+            self._pool.set_leased(member, False, now)
         if link.problem is not None:
             return
         link.problem = problem
         self.counters.poisoned = sat_add(self.counters.poisoned)
-        self._events.append(RecordUnusable(at=now, endpoint_id=state.id, problem=problem))
+        self._events.append(RecordUnusable(at=now, endpoint_id=member.id, problem=problem))
 
-    def _mirror(self, state: EndpointState) -> None:
-        link = self._link(state)
+    def _mirror(self, member: Member) -> None:
+        link = self._link(member)
         view = link.view
-        c = state.circuit
+        c = member.circuit
         if view is None:
             return
         if c.state in _LOCAL_ONLY:
@@ -831,32 +831,32 @@ class FleetCore:
             link.version = view.version
             return
         if c.epoch != link.epoch and c.state is not _C:
-            self._mark(state)  # ahead of the shared state: publish first
+            self._mark(member)  # ahead of the shared state: publish first
             return
         target = view.state
         now = self._now
         if target is _C:
             link.held = False
             if c.state is not _C:
-                self._adopt(state, link, _C, now)
+                self._adopt(member, link, _C, now)
         elif c.state is _C and link.held:
             pass  # an active check passed here: this balancer sits the episode out
         elif c.state is _C and not self._pool.may_eject:
             if link.version != view.version:
                 self.counters.declined = sat_add(self.counters.declined)
         elif c.state is not target or link.version != view.version:
-            self._adopt(state, link, target, now)
+            self._adopt(member, link, target, now)
         elif target is _O and link.deadline is not None:
-            self._pool.retime(state, link.deadline)
+            self._pool.retime(member, link.deadline)
         link.version = view.version
         link.epoch = c.epoch
 
-    def _adopt(self, state: EndpointState, link: _Link, target: CircuitState, now: float) -> None:
+    def _adopt(self, member: Member, link: _Link, target: CircuitState, now: float) -> None:
         view = link.view
         assert view is not None  # noqa: S101 - called from _mirror
         level = 0 if target is _C else view.failed_rounds + 1
         reopen_at = link.deadline if target is _O else None
-        self._pool.adopt(state, target, now, reopen_at=reopen_at, level=level)
+        self._pool.adopt(member, target, now, reopen_at=reopen_at, level=level)
         link.reported = 0
         self.counters.adopted = sat_add(self.counters.adopted)
 
@@ -883,24 +883,24 @@ class FleetCore:
         self._connected = False
         self._sequence = None  # the next reads are full
         self._next_poll = now + self._sync_interval
-        for state in self._pool.members.values():
-            self._pool.set_leased(state, False, now)
+        for member in self._pool.members.values():
+            self._pool.set_leased(member, False, now)
         if not self._announced:  # once per outage, at start-up too: one fallback, one event
             self._announced = True
             self.counters.fallbacks = sat_add(self.counters.fallbacks)
             self._events.append(StorageLost(at=now, reason=reason, error=error))
 
-    def _link(self, state: EndpointState) -> _Link:
-        link = self._links.get(state)
+    def _link(self, member: Member) -> _Link:
+        link = self._links.get(member)
         if link is None:
-            link = self._links[state] = _Link()
+            link = self._links[member] = _Link()
         return link
 
-    def _mark(self, state: EndpointState) -> None:
-        self._dirty[state] = None
+    def _mark(self, member: Member) -> None:
+        self._dirty[member] = None
         self._wanted = True
 
 
-def _calls(state: EndpointState) -> int:
+def _calls(member: Member) -> int:
     """Calls started on one endpoint, ever: finished ones plus those in flight."""
-    return state.successes + state.cancellations + state.stale + state.inflight + sum(state.faults)
+    return member.successes + member.cancellations + member.stale + member.inflight + sum(member.faults)

@@ -15,37 +15,37 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ._circuit import Transition
-    from ._record import EndpointState
+    from ._record import Member
 
 
 class PoolListener(Protocol):
     """What a :class:`~poise_py._core._pool.Pool` reports, each from a cold path."""
 
-    def transition(self, state: EndpointState, transition: Transition) -> None:
+    def transition(self, member: Member, transition: Transition) -> None:
         """A circuit moved (events, logs, fleet mirroring, the timer's next deadline)."""
 
-    def idle(self, state: EndpointState) -> None:
+    def idle(self, member: Member) -> None:
         """The last permit of an endpoint that takes no new ones ended (drain waiters)."""
 
     def panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
         """A tier started (``started``) or stopped panicking."""
 
-    def degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+    def degraded(self, member: Member, degraded: bool) -> None:  # noqa: FBT001
         """An endpoint became degraded (``max_ejection_percent`` refused its trip) or stopped."""
 
-    def left(self, states: list[EndpointState]) -> None:
+    def left(self, states: list[Member]) -> None:
         """Endpoints left the pool, together (telemetry folds their counters)."""
 
     def armed(self) -> None:
         """A timer deadline appeared that no transition announced (the first outlier evaluation)."""
 
-    def probe_result(self, state: EndpointState) -> None:
+    def probe_result(self, member: Member) -> None:
         """A current-epoch probe result moved nothing, or a probe was cancelled (a slot is free)."""
 
-    def ramp(self, state: EndpointState, *, started: bool) -> None:
+    def ramp(self, member: Member, *, started: bool) -> None:
         """An endpoint's slow start began (``started``) or ended."""
 
-    def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
+    def limit_changed(self, member: Member, limit: int, previous: int) -> None:
         """An endpoint's adaptive concurrency limit moved a step (a quarter, at least 2) from the last report."""
 
     def replanned(self) -> None:
@@ -55,31 +55,31 @@ class PoolListener(Protocol):
 class NullListener:
     """A :class:`PoolListener` that ignores every report; subclass it to hear some."""
 
-    def transition(self, state: EndpointState, transition: Transition) -> None:
+    def transition(self, member: Member, transition: Transition) -> None:
         """Ignore a circuit move."""
 
-    def idle(self, state: EndpointState) -> None:
+    def idle(self, member: Member) -> None:
         """Ignore an idle endpoint."""
 
     def panic(self, tier: int, *, started: bool, healthy_share: float) -> None:
         """Ignore a panic episode."""
 
-    def degraded(self, state: EndpointState, degraded: bool) -> None:  # noqa: FBT001
+    def degraded(self, member: Member, degraded: bool) -> None:  # noqa: FBT001
         """Ignore a degradation change."""
 
-    def left(self, states: list[EndpointState]) -> None:
+    def left(self, states: list[Member]) -> None:
         """Ignore departures."""
 
     def armed(self) -> None:
         """Ignore a new deadline."""
 
-    def probe_result(self, state: EndpointState) -> None:
+    def probe_result(self, member: Member) -> None:
         """Ignore a probe result."""
 
-    def ramp(self, state: EndpointState, *, started: bool) -> None:
+    def ramp(self, member: Member, *, started: bool) -> None:
         """Ignore a slow start's beginning or end."""
 
-    def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
+    def limit_changed(self, member: Member, limit: int, previous: int) -> None:
         """Ignore a limit change."""
 
     def replanned(self) -> None:

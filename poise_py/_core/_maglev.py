@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from .._errors import ConfigError
 
 if TYPE_CHECKING:
-    from ._record import EndpointState
+    from ._record import Member
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -122,15 +122,15 @@ def _permutation(endpoint_id: str, size: int) -> tuple[int, int]:
     return offset, skip
 
 
-def build(members: Iterable[EndpointState], size: int) -> list[EndpointState]:
+def build(members: Iterable[Member], size: int) -> list[Member]:
     """Fill a Maglev table of ``size`` slots (prime) from ``members`` (non-empty)."""
     ordered = sorted(members, key=lambda s: s.endpoint.id)
     n = len(ordered)
-    table: list[EndpointState | None] = [None] * size
+    table: list[Member | None] = [None] * size
     nexts: list[int] = []
     skips: list[int] = []
-    for state in ordered:
-        offset, skip = _permutation(state.endpoint.id, size)
+    for member in ordered:
+        offset, skip = _permutation(member.endpoint.id, size)
         nexts.append(offset)
         skips.append(skip)
     weights = [s.endpoint.weight for s in ordered]
@@ -183,26 +183,26 @@ class MaglevTable:
 
     def __init__(self, base: int) -> None:
         self.base = base
-        self._members: dict[EndpointState, None] = {}
-        self._slots: list[EndpointState] | None = []
+        self._members: dict[Member, None] = {}
+        self._slots: list[Member] | None = []
 
     def __len__(self) -> int:
         return len(self._members)
 
-    def __contains__(self, state: EndpointState) -> bool:
-        return state in self._members
+    def __contains__(self, member: Member) -> bool:
+        return member in self._members
 
-    def add(self, state: EndpointState) -> None:
+    def add(self, member: Member) -> None:
         """A member joined: the table is rebuilt at the next lookup."""
-        self._members[state] = None
+        self._members[member] = None
         self._slots = None
 
-    def discard(self, state: EndpointState) -> None:
+    def discard(self, member: Member) -> None:
         """A member left: the table is rebuilt at the next lookup."""
-        del self._members[state]
+        del self._members[member]
         self._slots = None
 
-    def slots(self) -> list[EndpointState]:
+    def slots(self) -> list[Member]:
         """The table, built now if membership changed since the last build."""
         slots = self._slots
         if slots is None:

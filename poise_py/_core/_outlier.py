@@ -22,7 +22,7 @@ from .._faults import Fault
 from .._knobs import check_count, check_duration, check_number
 
 if TYPE_CHECKING:
-    from ._record import EndpointState
+    from ._record import Member
 
 T = TypeVar("T")
 _CALLER = list(Fault).index(Fault.CALLER)
@@ -91,20 +91,20 @@ class OutlierSampler:
 
     def __init__(self, config: SuccessRateEjection) -> None:
         self.config = config
-        self._seen: dict[EndpointState, tuple[int, int]] = {}
+        self._seen: dict[Member, tuple[int, int]] = {}
 
-    def outliers(self, members: Iterable[EndpointState]) -> list[EndpointState]:
+    def outliers(self, members: Iterable[Member]) -> list[Member]:
         """The outliers of the interval since the last call, worst first."""
         seen = self._seen
-        fresh: dict[EndpointState, tuple[int, int]] = {}
-        samples: list[tuple[EndpointState, int, int]] = []
-        for state in members:
-            faults = state.faults
+        fresh: dict[Member, tuple[int, int]] = {}
+        samples: list[tuple[Member, int, int]] = []
+        for member in members:
+            faults = member.faults
             failures = sum(faults) - faults[_CALLER]
-            calls = state.successes + failures
-            fresh[state] = (calls, failures)
-            calls0, failures0 = seen.get(state, (0, 0))
-            if state.circuit.fast_ticket is not None:  # CLOSED
-                samples.append((state, calls - calls0, failures - failures0))
+            calls = member.successes + failures
+            fresh[member] = (calls, failures)
+            calls0, failures0 = seen.get(member, (0, 0))
+            if member.circuit.fast_ticket is not None:  # CLOSED
+                samples.append((member, calls - calls0, failures - failures0))
         self._seen = fresh
         return success_rate_outliers(self.config, samples)

@@ -29,7 +29,7 @@ from ._record import UNMEASURED
 from ._weights import STRIDE_SCALE, PackedSchedule, WeightBuckets, WeightClasses
 
 if TYPE_CHECKING:
-    from ._record import EndpointState
+    from ._record import Member
     from ._routing import Scope
 
 
@@ -48,8 +48,8 @@ class PoolView:
     """
 
     now: float
-    held: dict[EndpointState, int]
-    signals: dict[EndpointState, LoadSignal]
+    held: dict[Member, int]
+    signals: dict[Member, LoadSignal]
 
     __slots__ = ("held", "now", "signals")
 
@@ -59,7 +59,7 @@ class PoolView:
         self.signals = {}
 
 
-PickFn: TypeAlias = "Callable[[list[EndpointState], list[int], Hashable | None], EndpointState]"
+PickFn: TypeAlias = "Callable[[list[Member], list[int], Hashable | None], Member]"
 """A picker's ``pick``: the scope's candidates, its loads (``loads[i]`` is ``candidates[i].inflight``
 in a scope that tracks them), the request key."""
 
@@ -67,7 +67,7 @@ in a scope that tracks them), the request key."""
 class Picker(Protocol):
     """Picks among candidates; one per scope, holds the policy's running state."""
 
-    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         """Return one of ``candidates`` (never empty)."""
 
 
@@ -86,7 +86,7 @@ class RoundRobinPicker:
     def __init__(self, start: int) -> None:
         self._next = start
 
-    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         i = self._next
         self._next = i + 1 if i < (1 << 62) else 0
         return candidates[i % len(candidates)]
@@ -98,7 +98,7 @@ class RandomPicker:
     def __init__(self, unit: Callable[[], float]) -> None:
         self._unit = unit
 
-    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         n = len(candidates)  # a local: inline, the compiled build multiplies a float by a list's length generically
         return candidates[int(self._unit() * n)]
 
@@ -110,13 +110,13 @@ class WeightedRandomPicker:
         self._unit = unit
         self.buckets = WeightBuckets()
 
-    def added(self, states: list[EndpointState]) -> None:
-        self.buckets.add_all(states, [state.endpoint.weight for state in states])
+    def added(self, states: list[Member]) -> None:
+        self.buckets.add_all(states, [member.endpoint.weight for member in states])
 
-    def removed(self, states: list[EndpointState]) -> None:
-        self.buckets.remove_all(states, [state.endpoint.weight for state in states])
+    def removed(self, states: list[Member]) -> None:
+        self.buckets.remove_all(states, [member.endpoint.weight for member in states])
 
-    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         return self.buckets.draw(self._unit)
 
 
@@ -126,13 +126,13 @@ class WeightedRoundRobinPicker:
     def __init__(self) -> None:
         self.schedule = WeightClasses()
 
-    def added(self, states: list[EndpointState]) -> None:
-        self.schedule.add_all(states, [state.endpoint.weight for state in states])
+    def added(self, states: list[Member]) -> None:
+        self.schedule.add_all(states, [member.endpoint.weight for member in states])
 
-    def removed(self, states: list[EndpointState]) -> None:
-        self.schedule.remove_all(states, [state.endpoint.weight for state in states])
+    def removed(self, states: list[Member]) -> None:
+        self.schedule.remove_all(states, [member.endpoint.weight for member in states])
 
-    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         return self.schedule.next()
 
 
@@ -142,11 +142,11 @@ class P2CPicker:
     def __init__(self, unit: Callable[[], float], bias: float) -> None:
         self._random = unit
         self._bias = bias
-        self._held: dict[EndpointState, int] = {}
+        self._held: dict[Member, int] = {}
         """Failed calls still counted against each endpoint (the pool's, see :class:`PoolView`)."""
         self._tracked = True
         """Whether the scope's loads mirror its candidates' in-flight counts (else read the states)."""
-        self._candidates: list[EndpointState] = []
+        self._candidates: list[Member] = []
         self._weights: dict[int, int] = {}
         """How many members carry each weight: one key means unweighted mode."""
         self.schedule: PackedSchedule | None = None
@@ -158,13 +158,13 @@ class P2CPicker:
         self._tracked = scope.tracked
         self._held = scope.view.held
 
-    def _stride(self, state: EndpointState) -> int:
-        weight = state.endpoint.weight
+    def _stride(self, member: Member) -> int:
+        weight = member.endpoint.weight
         bias = self._bias
-        load = state.inflight + 1
+        load = member.inflight + 1
         held = self._held
         if held:
-            load += held.get(state, 0)
+            load += held.get(member, 0)
         if bias == 1.0:
             return STRIDE_SCALE * load // weight
         if bias == 0.0:
@@ -175,9 +175,9 @@ class P2CPicker:
     # endpoint's health flapping never switches it; a switch (a discovery change of
     # weights) builds or drops the schedule in O(n), once.
 
-    def joined(self, states: list[EndpointState]) -> None:
+    def joined(self, states: list[Member]) -> None:
         weights = self._weights
-        for w, n in Counter([state.endpoint.weight for state in states]).items():
+        for w, n in Counter([member.endpoint.weight for member in states]).items():
             weights[w] = weights.get(w, 0) + n
         if len(weights) >= 2 and self.schedule is None:
             schedule = self.schedule = PackedSchedule()
@@ -185,9 +185,9 @@ class P2CPicker:
                 schedule.add(candidate, self._stride(candidate))
             self.pick = self._least_request
 
-    def left(self, states: list[EndpointState]) -> None:
+    def left(self, states: list[Member]) -> None:
         weights = self._weights
-        for w, n in Counter([state.endpoint.weight for state in states]).items():
+        for w, n in Counter([member.endpoint.weight for member in states]).items():
             left = weights[w] - n
             if left:
                 weights[w] = left
@@ -197,19 +197,19 @@ class P2CPicker:
             self.schedule = None
             self.pick = self._least_loaded
 
-    def added(self, states: list[EndpointState]) -> None:
+    def added(self, states: list[Member]) -> None:
         schedule = self.schedule
         if schedule is not None:
-            for state in states:
-                schedule.add(state, self._stride(state))
+            for member in states:
+                schedule.add(member, self._stride(member))
 
-    def removed(self, states: list[EndpointState]) -> None:
+    def removed(self, states: list[Member]) -> None:
         schedule = self.schedule
         if schedule is not None:
-            for state in states:
-                schedule.remove(state)
+            for member in states:
+                schedule.remove(member)
 
-    def _least_loaded(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def _least_loaded(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         n = len(candidates)
         if n == 1:
             return candidates[0]
@@ -229,12 +229,12 @@ class P2CPicker:
         b = candidates[j]
         return b if b.inflight < a.inflight else a
 
-    def _least_request(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def _least_request(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         schedule = self.schedule
         assert schedule is not None  # noqa: S101 - weighted mode keeps one
-        state = schedule.head()
-        schedule.advance(self._stride(state))
-        return state
+        member = schedule.head()
+        schedule.advance(self._stride(member))
+        return member
 
 
 class PeakEwmaPicker:
@@ -252,13 +252,13 @@ class PeakEwmaPicker:
         self.view = scope.view
         self._tracked = scope.tracked
 
-    def cost(self, state: EndpointState, load: int, now: float) -> float:
-        at = state.ewma_at
+    def cost(self, member: Member, load: int, now: float) -> float:
+        at = member.ewma_at
         if at == UNMEASURED:
             return self._default * (load + 1)
-        return state.ewma * math.exp(-max(0.0, now - at) / self._decay) * (load + 1)
+        return member.ewma * math.exp(-max(0.0, now - at) / self._decay) * (load + 1)
 
-    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         n = len(candidates)
         if n == 1:
             return candidates[0]
@@ -315,36 +315,36 @@ class LoadWeightedPicker:
     def __init__(self, unit: Callable[[], float], knobs: LoadWeights) -> None:
         self._unit = unit
         self._knobs = knobs
-        self._candidates: list[EndpointState] = []
-        self._heap: list[tuple[float, int, EndpointState]] = []
-        self._turns: dict[EndpointState, int] = {}
+        self._candidates: list[Member] = []
+        self._heap: list[tuple[float, int, Member]] = []
+        self._turns: dict[Member, int] = {}
         """Each candidate's live heap entry, by its sequence number."""
-        self._weights: dict[EndpointState, float] = {}
+        self._weights: dict[Member, float] = {}
         """The weights of the last rebuild."""
         self._mean = 1.0
         self._next_update = -math.inf
         self._seq = 0
         self.view = PoolView()
-        self._signals: dict[EndpointState, LoadSignal] = {}
+        self._signals: dict[Member, LoadSignal] = {}
 
     def attach(self, scope: Scope) -> None:
         self._candidates = scope.candidates
         self.view = scope.view
         self._signals = scope.view.signals
 
-    def _entry(self, at: float, state: EndpointState) -> tuple[float, int, EndpointState]:
-        """A heap entry for ``state``'s turn at ``at``, made its current one."""
+    def _entry(self, at: float, member: Member) -> tuple[float, int, Member]:
+        """A heap entry for ``member``'s turn at ``at``, made its current one."""
         self._seq += 1
-        self._turns[state] = self._seq
-        return (at, self._seq, state)
+        self._turns[member] = self._seq
+        return (at, self._seq, member)
 
-    def added(self, states: list[EndpointState]) -> None:
+    def added(self, states: list[Member]) -> None:
         heap = self._heap
         head = heap[0][0] if heap else 0.0
         weights = self._weights
         mean = self._mean
         unit = self._unit
-        entries = [self._entry(head + unit() / weights.get(state, mean), state) for state in states]
+        entries = [self._entry(head + unit() / weights.get(member, mean), member) for member in states]
         if len(entries) < 64:
             for entry in entries:
                 heapq.heappush(heap, entry)
@@ -352,16 +352,16 @@ class LoadWeightedPicker:
             heap.extend(entries)
             heapq.heapify(heap)
 
-    def removed(self, states: list[EndpointState]) -> None:
+    def removed(self, states: list[Member]) -> None:
         turns = self._turns
         if not self._candidates:  # every candidate left (the scope has changed already): nothing stays
             turns.clear()
             self._heap = []
             return
-        for state in states:
-            turns.pop(state, None)
+        for member in states:
+            turns.pop(member, None)
 
-    def weights(self, now: float) -> dict[EndpointState, float]:
+    def weights(self, now: float) -> dict[Member, float]:
         """The candidates' scheduler weights at ``now`` (what a rebuild would use); a pure read."""
         knobs = self._knobs
         blackout = knobs.blackout_period
@@ -370,9 +370,9 @@ class LoadWeightedPicker:
         signals = self._signals
         raw = [
             0.0
-            if (signal := signals.get(state)) is None
+            if (signal := signals.get(member)) is None
             else signal.weight_at(now, blackout_period=blackout, weight_expiration_period=expiration)
-            for state in candidates
+            for member in candidates
         ]
         return dict(zip(candidates, fill_weights(raw), strict=True))
 
@@ -381,24 +381,24 @@ class LoadWeightedPicker:
         self._mean = sum(weights.values()) / len(weights) if weights else 1.0
         unit = self._unit
         self._turns.clear()
-        self._heap = [self._entry(unit() / weight, state) for state, weight in weights.items()]
+        self._heap = [self._entry(unit() / weight, member) for member, weight in weights.items()]
         heapq.heapify(self._heap)
         self._next_update = now + self._knobs.weight_update_period
 
-    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         if self.view.now >= self._next_update:
             self._rebuild(self.view.now)
         heap = self._heap
         turns = self._turns
         while True:
-            at, seq, state = heap[0]
-            if turns.get(state) == seq:
+            at, seq, member = heap[0]
+            if turns.get(member) == seq:
                 break
             heapq.heappop(heap)  # a candidate that left since it was scheduled
         self._seq += 1
-        turns[state] = self._seq
-        heapq.heapreplace(heap, (at + 1.0 / self._weights.get(state, self._mean), self._seq, state))
-        return state
+        turns[member] = self._seq
+        heapq.heapreplace(heap, (at + 1.0 / self._weights.get(member, self._mean), self._seq, member))
+        return member
 
 
 _WALK = 64
@@ -412,9 +412,9 @@ class HashPicker:
         self._unit = unit
         self.table = MaglevTable(table_size)
         self._panic = False
-        """Whether candidacy is ``state.panic_pos >= 0`` (a panic scope) rather than ``state.pos >= 0``."""
+        """Whether candidacy is ``member.panic_pos >= 0`` (a panic scope) rather than ``member.pos >= 0``."""
         self._degraded = False
-        """Whether candidacy is ``state.degraded_pos >= 0`` (a degraded scope)."""
+        """Whether candidacy is ``member.degraded_pos >= 0`` (a degraded scope)."""
         self._weight = 0
         """The candidates' total weight."""
         self._scope: Scope | None = None
@@ -429,27 +429,27 @@ class HashPicker:
         self._degraded = scope.degraded
         self._scope = scope if scope.totals else None
 
-    def joined(self, states: list[EndpointState]) -> None:
+    def joined(self, states: list[Member]) -> None:
         table = self.table
-        for state in states:
-            table.add(state)
+        for member in states:
+            table.add(member)
 
-    def left(self, states: list[EndpointState]) -> None:
+    def left(self, states: list[Member]) -> None:
         table = self.table
-        for state in states:
-            table.discard(state)
+        for member in states:
+            table.discard(member)
 
-    def added(self, states: list[EndpointState]) -> None:
-        self._weight += sum([state.endpoint.weight for state in states])
+    def added(self, states: list[Member]) -> None:
+        self._weight += sum([member.endpoint.weight for member in states])
 
-    def removed(self, states: list[EndpointState]) -> None:
-        self._weight -= sum([state.endpoint.weight for state in states])
+    def removed(self, states: list[Member]) -> None:
+        self._weight -= sum([member.endpoint.weight for member in states])
 
-    def is_candidate(self, state: EndpointState) -> bool:
+    def is_candidate(self, member: Member) -> bool:
         """Whether a table member may take the call now (members of this scope only)."""
-        return (state.panic_pos if self._panic else state.degraded_pos if self._degraded else state.pos) >= 0
+        return (member.panic_pos if self._panic else member.degraded_pos if self._degraded else member.pos) >= 0
 
-    def _room(self) -> Callable[[EndpointState], bool] | None:
+    def _room(self) -> Callable[[Member], bool] | None:
         """The bounded-load test for this pick, or None when no bound applies (a panic or degraded scope)."""
         scope = self._scope
         if not self._num or scope is None:
@@ -458,23 +458,23 @@ class HashPicker:
         per_weight = self._den * self._weight
 
         # inflight < ceil(c (total + 1) w / W)  <=>  inflight < c (total + 1) w / W
-        def room(state: EndpointState) -> bool:
-            return state.inflight * per_weight < scale * state.endpoint.weight
+        def room(member: Member) -> bool:
+            return member.inflight * per_weight < scale * member.endpoint.weight
 
         return room
 
-    def pick(self, candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+    def pick(self, candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
         if key is None:
             n = len(candidates)
             return candidates[int(self._unit() * n)]
         slots = self.table.slots()
         h = key_hash(key)
         room = self._room() if self._num else None
-        state = slots[h % len(slots)]
-        if (state.panic_pos if self._panic else state.degraded_pos if self._degraded else state.pos) >= 0 and (
-            room is None or room(state)
+        member = slots[h % len(slots)]
+        if (member.panic_pos if self._panic else member.degraded_pos if self._degraded else member.pos) >= 0 and (
+            room is None or room(member)
         ):
-            return state
+            return member
         found = self._walk(slots, h, candidates, room, ())
         if found is None:
             raise CapacityOverflow(
@@ -484,11 +484,11 @@ class HashPicker:
 
     def pick_excluding(
         self,
-        candidates: list[EndpointState],
+        candidates: list[Member],
         loads: list[int],
         key: Hashable | None,
         exclude: Collection[str],
-    ) -> EndpointState | None:
+    ) -> Member | None:
         """The key's first candidate not in ``exclude`` (the bound relaxed if only it stands in the way)."""
         if key is None:
             rest = [s for s in candidates if s.endpoint.id not in exclude]
@@ -503,14 +503,14 @@ class HashPicker:
 
     def _walk(
         self,
-        slots: list[EndpointState],
+        slots: list[Member],
         h: int,
-        candidates: list[EndpointState],
-        room: Callable[[EndpointState], bool] | None,
+        candidates: list[Member],
+        room: Callable[[Member], bool] | None,
         exclude: Collection[str],
         *,
         first: bool = False,
-    ) -> EndpointState | None:
+    ) -> Member | None:
         usable = self.is_candidate
         m = len(slots)
         if m > 1:
@@ -521,9 +521,9 @@ class HashPicker:
                 if i >= m:
                     i -= m
             for _ in range(_WALK):
-                state = slots[i]
-                if usable(state) and state.endpoint.id not in exclude and (room is None or room(state)):
-                    return state
+                member = slots[i]
+                if usable(member) and member.endpoint.id not in exclude and (room is None or room(member)):
+                    return member
                 i += stride
                 if i >= m:
                     i -= m
@@ -532,9 +532,9 @@ class HashPicker:
         n = len(candidates)
         start = h % n if n else 0
         for k in range(n):
-            state = candidates[(start + k) % n]
-            if state.endpoint.id not in exclude and (room is None or room(state)):
-                return state
+            member = candidates[(start + k) % n]
+            if member.endpoint.id not in exclude and (room is None or room(member)):
+                return member
         return None
 
 

@@ -40,11 +40,11 @@ from ._listener import NullListener, PoolListener
 from ._load_signals import Answers, LoadSignal
 from ._outlier import OutlierSampler
 from ._pickers import PickFn, PoolView
-from ._record import EndpointState, count_fault, count_selection, gate, no_eligible, refusal, sat_add
+from ._record import Member, count_fault, count_selection, gate, no_eligible, refusal, sat_add
 from ._routing import TRAFFIC_UNITS, Panic, Router, Routing, Scope, decision, pick_in
 from ._selection import Policy
 
-Selection: TypeAlias = tuple[EndpointState, Ticket, float, Decision]
+Selection: TypeAlias = tuple[Member, Ticket, float, Decision]
 """What :meth:`Pool.select` returns: the endpoint, its ticket, the time it was given, the decision."""
 
 _DRAINING = AdminStatus.DRAINING
@@ -121,7 +121,7 @@ class Pool:
         self._rng = rng
         self._unit = rng.random
         measures = bool(getattr(policy, "measures_latency", False))
-        self._measure: Callable[[EndpointState, float, float], None] | None = (
+        self._measure: Callable[[Member, float, float], None] | None = (
             policy.observe if measures else None  # type: ignore[attr-defined]
         )
         """The policy's latency observer, if it measures latency."""
@@ -165,15 +165,15 @@ class Pool:
             panic=panic,
             on_panic=self.listener.panic,
         )
-        self.members: dict[str, EndpointState] = {}
+        self.members: dict[str, Member] = {}
         # The hot path's view of the router: the scope that takes all traffic as HEALTHY.
-        self._fast: list[EndpointState] | None = None
+        self._fast: list[Member] | None = None
         self._loads: list[int] = []
         self._pick: PickFn = _no_pick
         self._fast_decision = decision(_HEALTHY, 0)
         self._weight_total = 0
-        self._deadlines: list[tuple[float, int, EndpointState | None, int]] = []
-        """OPEN circuits' ends ``(at, seq, state, epoch)``, and with success-rate detection
+        self._deadlines: list[tuple[float, int, Member | None, int]] = []
+        """OPEN circuits' ends ``(at, seq, member, epoch)``, and with success-rate detection
         its next evaluation ``(at, seq, None, -1)``."""
         self._outliers = None if circuit.success_rate is None else OutlierSampler(circuit.success_rate)
         self._outlier_armed = False
@@ -183,7 +183,7 @@ class Pool:
         self._seq = 0
         self.guard = EjectionGuard(circuit.max_ejection_percent)
         """``max_ejection_percent``: the ejected count, the allowance and the degraded reserve."""
-        self.orphans: list[tuple[EndpointState, Ticket]] = []
+        self.orphans: list[tuple[Member, Ticket]] = []
         """Permits garbage-collected unreported; released at the next pool operation."""
 
     def listen(self, listener: PoolListener) -> None:
@@ -200,8 +200,8 @@ class Pool:
         added: Iterable[Endpoint] = (),
         removed: Iterable[str] = (),
         updated: Iterable[Endpoint] = (),
-        built: Mapping[str, EndpointState] | None = None,
-    ) -> list[EndpointState]:
+        built: Mapping[str, Member] | None = None,
+    ) -> list[Member]:
         """Apply a validated membership change in O(changes); returns the records that left.
 
         ``removed`` ids leave (their in-flight permits finish and their results are
@@ -226,34 +226,34 @@ class Pool:
             if len(gone) == len(members):
                 members.clear()
             else:
-                for state in gone:
-                    del members[state.endpoint.id]
+                for member in gone:
+                    del members[member.endpoint.id]
             self._leave(gone)
         slow_start = self.load.slow_start is not None and bool(members)
         for endpoint in updated:
-            state = members[endpoint.id]
-            old = state.endpoint
-            control = state.control
+            member = members[endpoint.id]
+            old = member.endpoint
+            control = member.control
             if control is not None:
                 control.recap(self._cap(endpoint))
             if (old.tier, old.zone, old.weight) == (endpoint.tier, endpoint.zone, endpoint.weight):
-                state.endpoint = endpoint
+                member.endpoint = endpoint
             else:  # routing structures key on these: leave them and come back
-                self._detach(state)
-                state.endpoint = endpoint
-                self._attach(state)
+                self._detach(member)
+                member.endpoint = endpoint
+                self._attach(member)
             # Re-emitted with a new definition (a rotated key, a moved address): a block
             # or a retirement was about the old one, so the circuit starts afresh.
-            if state.circuit.parked:
-                self._moved(state, state.circuit.reset(now))
+            if member.circuit.parked:
+                self._moved(member, member.circuit.reset(now))
         fresh = self.build(added, now) if built is None else built
         if fresh:
             self._join_fresh(fresh)
             if self.load.controlled:
-                for state in fresh.values():
-                    state.control = self._new_control(state.endpoint)
+                for member in fresh.values():
+                    member.control = self._new_control(member.endpoint)
                     if slow_start:  # the first members start together: nothing to ramp against
-                        self._ramp(state, now)
+                        self._ramp(member, now)
         self.guard.resize(len(members))
         self._replan()
         self._promote(now)
@@ -266,15 +266,15 @@ class Pool:
     def _take_control(self) -> None:
         """The first endpoint with its own ``max_in_flight`` arrived: every member gets a LoadControl."""
         self.load.controlled = True
-        for state in self.members.values():
-            state.control = self._new_control(state.endpoint)
+        for member in self.members.values():
+            member.control = self._new_control(member.endpoint)
 
     def _new_control(self, endpoint: Endpoint) -> LoadControl:
         """A fresh LoadControl for ``endpoint``: its fixed cap, and its own adaptive limiter if one is on."""
         adaptive = self.load.policy.adaptive
         return LoadControl(self._cap(endpoint), None if adaptive is None else adaptive.limiter())
 
-    def build(self, endpoints: Iterable[Endpoint], now: float) -> dict[str, EndpointState]:
+    def build(self, endpoints: Iterable[Endpoint], now: float) -> dict[str, Member]:
         """Fresh records for ``endpoints`` by id, not yet members: :meth:`apply` takes them as ``built``.
 
         Constructing the records is most of what adding an endpoint costs, and touches
@@ -284,13 +284,13 @@ class Pool:
         """
         policy = self.circuit_policy
         unit = self._unit
-        states = [EndpointState(endpoint, policy, unit, now) for endpoint in endpoints]
+        states = [Member(endpoint, policy, unit, now) for endpoint in endpoints]
         if self._observe is not None:
             # A latency-measuring policy (or an adaptive limit) needs every success's
             # latency: the exit reads the clock for each, and succeed() feeds it.
-            for state in states:
-                state.circuit.clock_every_success()
-        return {state.endpoint.id: state for state in states}
+            for member in states:
+                member.circuit.clock_every_success()
+        return {member.endpoint.id: member for member in states}
 
     def check_weights(self, added: Iterable[Endpoint], removed: Iterable[str], updated: Iterable[Endpoint]) -> int:
         """The total weight after a change, or :class:`WeightOverflow` if it passes the bound.
@@ -300,7 +300,7 @@ class Pool:
         """
         return self._weight_after(added, self._leaving(removed), updated)
 
-    def _leaving(self, removed: Iterable[str]) -> list[EndpointState]:
+    def _leaving(self, removed: Iterable[str]) -> list[Member]:
         """The members ``removed`` names (distinct live ids, as a validated change has them)."""
         members = self.members
         removed = removed if isinstance(removed, Collection) else list(removed)
@@ -308,13 +308,13 @@ class Pool:
             return list(members.values())
         return [members[i] for i in removed]
 
-    def _weight_after(self, added: Iterable[Endpoint], gone: list[EndpointState], updated: Iterable[Endpoint]) -> int:
+    def _weight_after(self, added: Iterable[Endpoint], gone: list[Member], updated: Iterable[Endpoint]) -> int:
         members = self.members
         total = self._weight_total
         if len(gone) == len(members):
             total = 0  # everyone leaves: what is left of the total is nothing
         else:
-            total -= sum([state.endpoint.weight for state in gone])
+            total -= sum([member.endpoint.weight for member in gone])
         total += sum([e.weight - members[e.id].endpoint.weight for e in updated])
         total += sum([e.weight for e in added])
         bound = self.routing.max_total_weight
@@ -343,39 +343,39 @@ class Pool:
                 self._end_holds(now)
         available = self._fast
         if available:
-            state = self._pick(available, self._loads, key)
+            member = self._pick(available, self._loads, key)
             choice = self._fast_decision
-            if exclude and state.endpoint.id in exclude:
-                state, choice = self._pick_excluding(self.router.fast, choice, key, exclude)
+            if exclude and member.endpoint.id in exclude:
+                member, choice = self._pick_excluding(self.router.fast, choice, key, exclude)
         else:
-            state, choice = self._route(key, exclude)
+            member, choice = self._route(key, exclude)
         load = self.load
         if load.controlled:
-            control = state.control
-            if control is not None and (state.inflight >= control.limit or control.thins):
-                state, choice = self._admit(state, choice, key, exclude, now)
-        ticket = state.fast_ticket  # the hot path: CLOSED (see Circuit.try_acquire)
+            control = member.control
+            if control is not None and (member.inflight >= control.limit or control.thins):
+                member, choice = self._admit(member, choice, key, exclude, now)
+        ticket = member.fast_ticket  # the hot path: CLOSED (see Circuit.try_acquire)
         if ticket is None:
-            circuit = state.circuit
+            circuit = member.circuit
             got = circuit.try_acquire(now)
             if type(got) is not Ticket:
                 if choice.mode is not _PANIC:  # available implies accepting; a bug otherwise
-                    raise AssertionError(f"{state!r} was available but refused: {got}")
+                    raise AssertionError(f"{member!r} was available but refused: {got}")
                 ticket = PanicTicket(circuit.epoch, probe=False)
             else:
                 ticket = got
                 if ticket.probe:
-                    state.probes = sat_add(state.probes)
+                    member.probes = sat_add(member.probes)
                     if not circuit.accepting:
-                        self._sync(state)
-        n = state.inflight = state.inflight + 1
-        if self.stores_loads and state.is_candidate:
-            state.loads[state.pos] = n
+                        self._sync(member)
+        n = member.inflight = member.inflight + 1
+        if self.stores_loads and member.is_candidate:
+            member.loads[member.pos] = n
             if self.totals_loads:
-                self._add_load(state, 1)
-        return state, ticket, now, choice
+                self._add_load(member, 1)
+        return member, ticket, now, choice
 
-    def _route(self, key: Hashable | None, exclude: Collection[str]) -> tuple[EndpointState, Decision]:
+    def _route(self, key: Hashable | None, exclude: Collection[str]) -> tuple[Member, Decision]:
         """The routed path: draw a scope by the plan, pick in it, count the decision."""
         router = self.router
         if not router.routes:
@@ -383,27 +383,27 @@ class Pool:
         _, scope, choice, tier = router.choose(int(self._unit() * TRAFFIC_UNITS))
         if scope is None:  # a panicking tier under PanicMode.FAIL_CLOSED
             raise self._no_eligible(exclude, refused=tier.number)
-        state = scope.picker.pick(scope.candidates, scope.loads, key)
-        if exclude and state.endpoint.id in exclude:
+        member = scope.picker.pick(scope.candidates, scope.loads, key)
+        if exclude and member.endpoint.id in exclude:
             return self._pick_excluding(scope, choice, key, exclude)
-        count_selection(state, choice.mode)
-        return state, choice
+        count_selection(member, choice.mode)
+        return member, choice
 
     def _pick_excluding(
         self, first: Scope | None, choice: Decision, key: Hashable | None, exclude: Collection[str]
-    ) -> tuple[EndpointState, Decision]:
+    ) -> tuple[Member, Decision]:
         """Pick outside ``exclude``: in ``first`` if it can, else in the next scope by preference."""
         if first is not None:
-            state = pick_in(first, key, exclude, self._unit)
-            if state is not None:
-                count_selection(state, choice.mode)
-                return state, choice
+            member = pick_in(first, key, exclude, self._unit)
+            if member is not None:
+                count_selection(member, choice.mode)
+                return member, choice
         for scope, fallback in self.router.fallback:
             if scope is not first and scope.candidates:
-                state = pick_in(scope, key, exclude, self._unit)
-                if state is not None:
-                    count_selection(state, fallback.mode)
-                    return state, fallback
+                member = pick_in(scope, key, exclude, self._unit)
+                if member is not None:
+                    count_selection(member, fallback.mode)
+                    return member, fallback
         raise self._no_eligible(exclude)
 
     # -- load: concurrency limits and slow start --------------------------------------
@@ -415,7 +415,7 @@ class Pool:
             cap = self.load.policy.max_in_flight
         return UNLIMITED if cap is None else int(cap)
 
-    def _keeps(self, state: EndpointState, control: LoadControl, now: float) -> bool:
+    def _keeps(self, member: Member, control: LoadControl, now: float) -> bool:
         """Keep a thinned pick with probability its share: its ramp factor times its quota's share.
 
         A ramp whose window has passed ends here.
@@ -424,7 +424,7 @@ class Pool:
         if control.ramp_since is not None:
             ramp = control.factor(now)
             if ramp >= 1.0:
-                self._end_ramp(state)
+                self._end_ramp(member)
             else:
                 factor *= ramp
         if factor >= 1.0:
@@ -432,8 +432,8 @@ class Pool:
         return self._unit() < factor
 
     def _admit(
-        self, state: EndpointState, choice: Decision, key: Hashable | None, exclude: Collection[str], now: float
-    ) -> tuple[EndpointState, Decision]:
+        self, member: Member, choice: Decision, key: Hashable | None, exclude: Collection[str], now: float
+    ) -> tuple[Member, Decision]:
         """Admit the pick under its limit, slow start and quota share, or pick again among the others.
 
         An endpoint at its limit is passed over (the call is LIMITED, or :class:`Overloaded`
@@ -444,95 +444,95 @@ class Pool:
         its quota alone is taken again in its own tier only: another tier's fallback would
         leave the quota unspent.
         """
-        first, first_mode = state, choice.mode
+        first, first_mode = member, choice.mode
         refused: set[str] = set(exclude)
-        thinned: tuple[EndpointState, Decision] | None = None
+        thinned: tuple[Member, Decision] | None = None
         limited = 0
         while True:
-            control = state.control
+            control = member.control
             tier: int | None = None
-            if control is not None and state.inflight >= control.limit:
+            if control is not None and member.inflight >= control.limit:
                 limited += 1
-            elif control is None or not control.thins or self._keeps(state, control, now):
+            elif control is None or not control.thins or self._keeps(member, control, now):
                 break
             else:
                 if thinned is None:
-                    thinned = (state, choice)
+                    thinned = (member, choice)
                 if control.ramp_since is None:
-                    tier = state.endpoint.tier
-            refused.add(state.endpoint.id)
+                    tier = member.endpoint.tier
+            refused.add(member.endpoint.id)
             found = self._pick_outside(refused, key, tier)
             if found is None:
                 if thinned is not None:
-                    state, choice = thinned
+                    member, choice = thinned
                     break
                 raise Overloaded(limited, retry_after=self._overload_retry(now))
-            state, choice = found
-        if state is not first:
+            member, choice = found
+        if member is not first:
             if first_mode is not _HEALTHY:  # the routed path counted the pick it passed over
                 count_selection(first, first_mode, -1)
             if limited:
                 choice = decision(_LIMITED, choice.tier)
-            count_selection(state, choice.mode)
-        return state, choice
+            count_selection(member, choice.mode)
+        return member, choice
 
     def _pick_outside(
         self, refused: set[str], key: Hashable | None, tier: int | None = None
-    ) -> tuple[EndpointState, Decision] | None:
+    ) -> tuple[Member, Decision] | None:
         """A pick outside ``refused`` (in ``tier`` if given), in the scopes' order of preference, not yet counted."""
         unit = self._unit
         for scope, fallback in self.router.fallback:
             if scope.candidates and (tier is None or scope.tier.number == tier):
-                state = pick_in(scope, key, refused, unit)
-                if state is not None:
-                    return state, fallback
+                member = pick_in(scope, key, refused, unit)
+                if member is not None:
+                    return member, fallback
         return None
 
     def _overload_retry(self, now: float) -> float | None:
         """When a slot is likely to free: now plus the shortest long-term latency an adaptive limit measured."""
         shortest: float | None = None
-        for state in self.members.values():
-            control = state.control
+        for member in self.members.values():
+            control = member.control
             limiter = None if control is None else control.limiter
             rtt = getattr(limiter, "long_rtt", None)
             if isinstance(rtt, float) and rtt > 0 and (shortest is None or rtt < shortest):
                 shortest = rtt
         return None if shortest is None else now + shortest
 
-    def _ramp(self, state: EndpointState, now: float, shape: RampShape | None = None) -> None:
-        """Start ``state``'s slow start now, following ``shape`` (default: the balancer's slow start)."""
+    def _ramp(self, member: Member, now: float, shape: RampShape | None = None) -> None:
+        """Start ``member``'s slow start now, following ``shape`` (default: the balancer's slow start)."""
         if shape is None:
             shape = self.load.slow_start
             if shape is None:
                 return
         if not self.load.controlled:
             self._take_control()  # a recall's ramp with no load knob on: every member gets a control
-        control = state.control
+        control = member.control
         if control is None:
             return
         control.ramp(now, shape)
-        self.load.ramping[state] = None
+        self.load.ramping[member] = None
         self.needs_now = True
-        self.listener.ramp(state, started=True)
+        self.listener.ramp(member, started=True)
 
-    def _end_ramp(self, state: EndpointState) -> None:
-        control = state.control
+    def _end_ramp(self, member: Member) -> None:
+        control = member.control
         if control is not None and control.ramp_since is not None:
             control.ramp(None)
-            self.load.ramping.pop(state, None)
+            self.load.ramping.pop(member, None)
             self._reclock()
-            self.listener.ramp(state, started=False)
+            self.listener.ramp(member, started=False)
 
-    def ramp_factor(self, state: EndpointState, now: float) -> float:
-        """The share of its weight ``state`` gets now: its slow-start factor times its quota's share."""
-        control = state.control
+    def ramp_factor(self, member: Member, now: float) -> float:
+        """The share of its weight ``member`` gets now: its slow-start factor times its quota's share."""
+        control = member.control
         if control is None:
             return 1.0
         return control.factor(now) * control.share
 
-    def _sample(self, state: EndpointState, latency: float, in_flight: int, *, drop: bool) -> None:
-        """Feed a completed call to ``state``'s adaptive limit (``drop``: an overload signal); report a move."""
-        control = state.control
+    def _sample(self, member: Member, latency: float, in_flight: int, *, drop: bool) -> None:
+        """Feed a completed call to ``member``'s adaptive limit (``drop``: an overload signal); report a move."""
+        control = member.control
         if control is None:
             return
         limiter = control.limiter
@@ -546,58 +546,58 @@ class Pool:
             previous = control.reported
             if abs(changed - previous) >= max(2, previous // 4):  # a step, not every nudge
                 control.reported = changed
-                self.listener.limit_changed(state, changed, previous)
+                self.listener.limit_changed(member, changed, previous)
 
-    def control(self, state: EndpointState) -> LoadControl | None:
-        """``state``'s concurrency limit and slow start, or None while no load knob is on."""
-        return state.control
+    def control(self, member: Member) -> LoadControl | None:
+        """``member``'s concurrency limit and slow start, or None while no load knob is on."""
+        return member.control
 
     def _no_eligible(self, exclude: Collection[str], *, refused: int | None = None) -> EmptyPool | NoEligibleEndpoints:
         return no_eligible(self.members.values(), exclude, refused)
 
-    def refusal(self, state: EndpointState) -> IneligibleReason | None:
-        """Why ``state`` may not take a permit now, or None if it may."""
-        return refusal(state)
+    def refusal(self, member: Member) -> IneligibleReason | None:
+        """Why ``member`` may not take a permit now, or None if it may."""
+        return refusal(member)
 
     # -- completion --------------------------------------------------------------------
 
-    def succeed(self, state: EndpointState, ticket: Ticket, now: float, started: float) -> None:
+    def succeed(self, member: Member, ticket: Ticket, now: float, started: float) -> None:
         """Record a successful call, ``started`` being the time :meth:`select` was given.
 
-        ``now`` is used only if ``state.success_needs_now`` (the success needs the time):
+        ``now`` is used only if ``member.success_needs_now`` (the success needs the time):
         the shell may pass 0.0 otherwise and skip its clock read.
         """
-        n = state.inflight = state.inflight - 1
-        if state.is_candidate:
+        n = member.inflight = member.inflight - 1
+        if member.is_candidate:
             if self.stores_loads:
-                state.loads[state.pos] = n
+                member.loads[member.pos] = n
                 if self.totals_loads:
-                    self._add_load(state, -1)
+                    self._add_load(member, -1)
         elif not n:
-            self.listener.idle(state)  # off the hot path: only endpoints that take no permits
-        n = state.successes_low
+            self.listener.idle(member)  # off the hot path: only endpoints that take no permits
+        n = member.successes_low
         if n < 255:
-            state.successes_low = n + 1
+            member.successes_low = n + 1
         else:
-            state.carry_success()  # one success in 256 (this inlines state.count_success())
+            member.carry_success()  # one success in 256 (this inlines member.count_success())
         # The hot path of every call: a CLOSED circuit records it in place.
-        if not (state.live and state.record_success(ticket, now, started)):
-            self._record(state, ticket, None, now, latency=now - started, retry_after=None)
+        if not (member.live and member.record_success(ticket, now, started)):
+            self._record(member, ticket, None, now, latency=now - started, retry_after=None)
         elif self._observe is not None:  # a latency observer or limit (_record feeds them on the long way)
             if self.load.adaptive:
-                self._observe_adaptive(state, now - started, now)  # a direct call (compiled: native)
+                self._observe_adaptive(member, now - started, now)  # a direct call (compiled: native)
             else:
-                self._observe(state, now - started, now)
+                self._observe(member, now - started, now)
 
-    def _observe_adaptive(self, state: EndpointState, latency: float, now: float) -> None:
+    def _observe_adaptive(self, member: Member, latency: float, now: float) -> None:
         """A CLOSED success's latency, with an adaptive limit on: sample it, then measure it."""
-        self._sample(state, latency, state.inflight + 1, drop=False)  # in flight when it completed
+        self._sample(member, latency, member.inflight + 1, drop=False)  # in flight when it completed
         if self._measure is not None:
-            self._measure(state, latency, now)
+            self._measure(member, latency, now)
 
     def complete(
         self,
-        state: EndpointState,
+        member: Member,
         ticket: Ticket,
         fault: Fault | None,
         now: float,
@@ -613,22 +613,22 @@ class Pool:
         is under load and this one is no strike: counted, fed to an adaptive limit, and
         the circuit hears it only as a skip (a Retry-After is still honoured).
         """
-        self._release(state)
+        self._release(member)
         if fault is None:
-            state.count_success()
+            member.count_success()
         else:
-            count_fault(state, fault)
+            count_fault(member, fault)
             hold = self.answers.hold
-            if hold and fault in _DROPS and state.live and latency is not None and latency < hold:
-                self._hold_failure(state, now - latency + hold)
-        self._record(state, ticket, fault, now, latency=latency, retry_after=retry_after, overload=overload)
+            if hold and fault in _DROPS and member.live and latency is not None and latency < hold:
+                self._hold_failure(member, now - latency + hold)
+        self._record(member, ticket, fault, now, latency=latency, retry_after=retry_after, overload=overload)
 
-    def _hold_failure(self, state: EndpointState, until: float) -> None:
-        """Count a failed call in ``state``'s load until ``until``: its start plus the policy's ``failure_penalty``."""
+    def _hold_failure(self, member: Member, until: float) -> None:
+        """Count a failed call in ``member``'s load until ``until``: its start plus the policy's ``failure_penalty``."""
         held = self._view.held
-        held[state] = held.get(state, 0) + 1
+        held[member] = held.get(member, 0) + 1
         self._seq += 1
-        heapq.heappush(self.answers.holds, (until, self._seq, state))
+        heapq.heappush(self.answers.holds, (until, self._seq, member))
         self.needs_now = True  # the selection that passes its end ends it
 
     def _end_holds(self, now: float) -> None:
@@ -636,26 +636,26 @@ class Pool:
         holds = self.answers.holds
         held = self._view.held
         while holds and holds[0][0] <= now:
-            state = heapq.heappop(holds)[2]
-            n = held.get(state, 0)
+            member = heapq.heappop(holds)[2]
+            n = held.get(member, 0)
             if n > 1:
-                held[state] = n - 1
+                held[member] = n - 1
             elif n:
-                del held[state]
+                del held[member]
         if not holds:
             self._reclock()
 
     def report_load(
-        self, state: EndpointState, report: object, now: float, *, utilization: float, qps: float, eps: float
+        self, member: Member, report: object, now: float, *, utilization: float, qps: float, eps: float
     ) -> None:
-        """Keep what ``state``'s backend said about its load at ``now`` (an ORCA report; ``report`` is kept as given).
+        """Keep what ``member``'s backend said about its load at ``now`` (an ORCA report; ``report`` is kept as given).
 
         ``utilization``: the application utilization if reported, else the CPU utilization.
         A report for an endpoint that left the pool is dropped.
         """
-        if not state.live:
+        if not member.live:
             return
-        signal = self._signal(state)
+        signal = self._signal(member)
         signal.update(
             report,
             now,
@@ -667,9 +667,9 @@ class Pool:
         )
 
     def report_quota(
-        self, state: EndpointState, now: float, *, remaining: int, resets_in: float | None, share: float = 1.0
+        self, member: Member, now: float, *, remaining: int, resets_in: float | None, share: float = 1.0
     ) -> None:
-        """What ``state``'s provider said of its quota at ``now``: ``remaining`` calls left, ``share`` of it.
+        """What ``member``'s provider said of its quota at ``now``: ``remaining`` calls left, ``share`` of it.
 
         With calls left, at most that many are in flight at once (its limit): every answer
         says how many are left after the calls the provider counted, so calls started after
@@ -680,65 +680,65 @@ class Pool:
         without a probe, a quota limit or a reduced share until its provider says more. A
         report for an endpoint that left the pool is dropped.
         """
-        if not state.live:
+        if not member.live:
             return
         if not self.load.controlled:
             self._take_control()
-        control = state.control
+        control = member.control
         assert control is not None  # noqa: S101 - taken control of just above
         if remaining > 0:
             control.set_quota(remaining)
             control.set_share(share)
             return
         until = now + (QUOTA_REST if resets_in is None else resets_in)
-        if self.answers.rests.get(state) == until:
+        if self.answers.rests.get(member) == until:
             return
-        resting = state in self.answers.rests
-        self.answers.rests[state] = until
+        resting = member in self.answers.rests
+        self.answers.rests[member] = until
         control.set_quota(UNLIMITED)  # the rest keeps it out; after the reset its provider says anew
         control.set_share(1.0)
-        self._push(until, state, _RESTS)
+        self._push(until, member, _RESTS)
         self.listener.armed()  # a deadline no transition announced: the timer looks again
         if not resting:
-            self._signal(state).quota_rests += 1
-            if state.readiness is None:  # the gate readiness checks use; their own reason wins
-                state.readiness = _QUOTA
-                self._sync(state)
+            self._signal(member).quota_rests += 1
+            if member.readiness is None:  # the gate readiness checks use; their own reason wins
+                member.readiness = _QUOTA
+                self._sync(member)
 
-    def _wake(self, state: EndpointState, at: float) -> None:
-        """A spent quota reset at ``at``: ``state`` takes calls again (nothing if a later report moved its rest)."""
-        if self.answers.rests.get(state) != at:
+    def _wake(self, member: Member, at: float) -> None:
+        """A spent quota reset at ``at``: ``member`` takes calls again (nothing if a later report moved its rest)."""
+        if self.answers.rests.get(member) != at:
             return
-        del self.answers.rests[state]
-        if state.live and state.readiness is _QUOTA:
-            state.readiness = None
-            self._sync(state)
+        del self.answers.rests[member]
+        if member.live and member.readiness is _QUOTA:
+            member.readiness = None
+            self._sync(member)
 
-    def _signal(self, state: EndpointState) -> LoadSignal:
-        """``state``'s signal, made at its backend's first word."""
+    def _signal(self, member: Member) -> LoadSignal:
+        """``member``'s signal, made at its backend's first word."""
         signals = self._view.signals
-        signal = signals.get(state)
+        signal = signals.get(member)
         if signal is None:
-            signal = signals[state] = LoadSignal()
+            signal = signals[member] = LoadSignal()
         return signal
 
-    def signal(self, state: EndpointState) -> LoadSignal | None:
-        """What ``state``'s backend said of its load and quota, or None if it said nothing."""
-        return self._view.signals.get(state)
+    def signal(self, member: Member) -> LoadSignal | None:
+        """What ``member``'s backend said of its load and quota, or None if it said nothing."""
+        return self._view.signals.get(member)
 
-    def resting_until(self, state: EndpointState) -> float | None:
-        """When ``state``'s spent quota resets, while it rests on it; else None."""
-        return self.answers.rests.get(state)
+    def resting_until(self, member: Member) -> float | None:
+        """When ``member``'s spent quota resets, while it rests on it; else None."""
+        return self.answers.rests.get(member)
 
-    def held(self, state: EndpointState, now: float) -> int:
-        """Failed calls counted in ``state``'s load at ``now`` (the policy's ``failure_penalty``); a pure read."""
-        if state not in self._view.held:
+    def held(self, member: Member, now: float) -> int:
+        """Failed calls counted in ``member``'s load at ``now`` (the policy's ``failure_penalty``); a pure read."""
+        if member not in self._view.held:
             return 0
-        return sum(1 for at, _, s in self.answers.holds if s is state and at > now)
+        return sum(1 for at, _, s in self.answers.holds if s is member and at > now)
 
     def _record(
         self,
-        state: EndpointState,
+        member: Member,
         ticket: Ticket,
         fault: Fault | None,
         now: float,
@@ -749,21 +749,21 @@ class Pool:
     ) -> None:
         if self.orphans:
             self.release_orphans()
-        if latency is not None and self._observe is not None and state.live:
+        if latency is not None and self._observe is not None and member.live:
             if self.load.adaptive:  # a completed call; cancellations are never sampled
-                self._sample(state, latency, state.inflight + 1, drop=fault in _DROPS)  # in flight when it completed
+                self._sample(member, latency, member.inflight + 1, drop=fault in _DROPS)  # in flight when it completed
             if self._measure is not None:
                 if fault in _DROPS and latency < self.answers.latency_floor:
                     latency = self.answers.latency_floor  # a failure costs at least the penalty
-                self._measure(state, latency, now)
+                self._measure(member, latency, now)
         if type(ticket) is PanicTicket:
             return  # counted on the endpoint; never moves the circuit (see PanicTicket)
-        circuit = state.circuit
-        if not state.live or ticket.epoch != circuit.epoch:
-            state.stale = sat_add(state.stale)
-            if not state.live:
+        circuit = member.circuit
+        if not member.live or ticket.epoch != circuit.epoch:
+            member.stale = sat_add(member.stale)
+            if not member.live:
                 return
-        shared = overload and fault is not None and self._loaded(state, now)
+        shared = overload and fault is not None and self._loaded(member, now)
         before = circuit.suppressed_ejections
         degraded = circuit.degraded
         guard = self.guard
@@ -777,29 +777,29 @@ class Pool:
             may_eject=may_eject,
             shared=shared,
             quorum=self._quorum,
-            vouch=None if may_eject else functools.partial(rotation_answers, self.members.values(), state, now),
+            vouch=None if may_eject else functools.partial(rotation_answers, self.members.values(), member, now),
         )
         guard.count_suppressed(before, circuit)
         if transition is not None:
             if transition.target is _OPEN:
-                if overload and fault is not None and transition.retry_after is None and self._may_recall(state, now):
+                if overload and fault is not None and transition.retry_after is None and self._may_recall(member, now):
                     # Ejected for a load-shaped failure, no Retry-After. From rotation, the
                     # ejection may be undone (restored); after a probe, only recalled.
-                    self.load.recallable[state] = now if transition.source is _CLOSED else -math.inf
+                    self.load.recallable[member] = now if transition.source is _CLOSED else -math.inf
                 else:
-                    self.load.recallable.pop(state, None)
-            self._moved(state, transition)
+                    self.load.recallable.pop(member, None)
+            self._moved(member, transition)
         elif circuit.degraded is not degraded:
-            self._sync(state)
+            self._sync(member)
         elif ticket.probe:
-            self._sync(state)
+            self._sync(member)
             if ticket.epoch == circuit.epoch:
-                self.listener.probe_result(state)
+                self.listener.probe_result(member)
         if shared and self.load.recallable:
-            self._recall(state, now, in_rotation=not ticket.probe)
+            self._recall(member, now, in_rotation=not ticket.probe)
 
-    def _may_recall(self, state: EndpointState, now: float) -> bool:
-        """Whether ``state``, ejected for a load-shaped failure, may be recalled now.
+    def _may_recall(self, member: Member, now: float) -> bool:
+        """Whether ``member``, ejected for a load-shaped failure, may be recalled now.
 
         Recalls go on for ``overload_window`` seconds from an endpoint's first recall
         since it last closed: long enough for a backend that answers some of its calls to
@@ -807,10 +807,10 @@ class Pool:
         too) costs a few probes, not one per sign of load.
         """
         window = self.circuit_policy.overload_window
-        first = self.load.recalls.get(state)
+        first = self.load.recalls.get(member)
         return window is not None and (first is None or now - first < window)
 
-    def _recall(self, by: EndpointState, now: float, *, in_rotation: bool) -> None:
+    def _recall(self, by: Member, now: float, *, in_rotation: bool) -> None:
         """The pool shows load: restore or probe at once every endpoint ejected for a load-shaped failure.
 
         Its open window would keep capacity out of a pool that now needs it. When ``by`` is
@@ -842,10 +842,10 @@ class Pool:
             if transition is not None:
                 self._moved(other, transition)
 
-    def _loaded(self, state: EndpointState, now: float) -> bool:
-        """Whether ``state``'s load-shaped failure is the pool's load: another endpoint had one recently.
+    def _loaded(self, member: Member, now: float) -> bool:
+        """Whether ``member``'s load-shaped failure is the pool's load: another endpoint had one recently.
 
-        Marks ``state`` (the next endpoint to fail this way sees it) and forgets marks older
+        Marks ``member`` (the next endpoint to fail this way sees it) and forgets marks older
         than the circuit policy's ``overload_window``; None there: never (every failure is
         the endpoint's own, as before 0.3).
         """
@@ -855,62 +855,62 @@ class Pool:
         marks = self.load.overloaded
         since = now - window
         loaded = False
-        stale: list[EndpointState] = []
+        stale: list[Member] = []
         for other, at in marks.items():
             if at < since:
                 stale.append(other)
-            elif other is not state:
+            elif other is not member:
                 loaded = True
                 break
         for other in stale:
             del marks[other]
-        marks.pop(state, None)
-        marks[state] = now  # latest last: the freshest marks are found last, the stale first
+        marks.pop(member, None)
+        marks[member] = now  # latest last: the freshest marks are found last, the stale first
         if loaded:
             self.load.shared_faults = sat_add(self.load.shared_faults)
         return loaded
 
-    def cancel(self, state: EndpointState, ticket: Ticket, *, counted: bool = True) -> None:
+    def cancel(self, member: Member, ticket: Ticket, *, counted: bool = True) -> None:
         """Release a permit that ended without an outcome. No window changes.
 
         ``counted``: counted as a cancellation (not for a hedge that lost its race: then no
         counter remembers the permit).
         """
-        self._release(state)
+        self._release(member)
         if counted:
-            state.cancellations = sat_add(state.cancellations)
-        if state.live:
-            circuit = state.circuit
+            member.cancellations = sat_add(member.cancellations)
+        if member.live:
+            circuit = member.circuit
             circuit.cancel(ticket)
             if ticket.probe:
-                self._sync(state)
+                self._sync(member)
                 if ticket.epoch == circuit.epoch:
-                    self.listener.probe_result(state)  # a leased slot freed: coordination hands it back
+                    self.listener.probe_result(member)  # a leased slot freed: coordination hands it back
 
     def release_orphans(self) -> None:
         """Cancel the permits that were garbage-collected without a report."""
         orphans, self.orphans = self.orphans, []
-        for state, ticket in orphans:
-            self.cancel(state, ticket)
+        for member, ticket in orphans:
+            self.cancel(member, ticket)
 
-    def _release(self, state: EndpointState) -> None:
-        """One permit fewer in flight on ``state``.
+    def _release(self, member: Member) -> None:
+        """One permit fewer in flight on ``member``.
 
         :meth:`succeed`, every call's exit, inlines this: calling it there costs a pure-Python
         RoundRobin call 419 instructions more, 2.9% (``python bench/misses.py --sizes 10``).
         """
-        n = state.inflight = state.inflight - 1
-        if state.is_candidate:
+        n = member.inflight = member.inflight - 1
+        if member.is_candidate:
             if self.stores_loads:
-                state.loads[state.pos] = n
+                member.loads[member.pos] = n
                 if self.totals_loads:
-                    self._add_load(state, -1)
+                    self._add_load(member, -1)
         elif not n:
-            self.listener.idle(state)  # off the hot path: only endpoints that take no permits
+            self.listener.idle(member)  # off the hot path: only endpoints that take no permits
 
-    def _add_load(self, state: EndpointState, delta: int) -> None:
-        """Bounded-load hashing: keep ``state``'s home scope's in-flight total (its loads' sum)."""
-        home = state.home
+    def _add_load(self, member: Member, delta: int) -> None:
+        """Bounded-load hashing: keep ``member``'s home scope's in-flight total (its loads' sum)."""
+        home = member.home
         assert home is not None  # noqa: S101 - every live candidate has a home
         home.load_total += delta
 
@@ -920,10 +920,10 @@ class Pool:
         """The earliest time :meth:`handle_timer` has work, or None."""
         deadlines = self._deadlines
         while deadlines:
-            at, _, state, epoch = deadlines[0]
-            if state is None or (state.live and state.circuit.epoch == epoch):
+            at, _, member, epoch = deadlines[0]
+            if member is None or (member.live and member.circuit.epoch == epoch):
                 return at
-            if epoch == _RESTS and self.answers.rests.get(state) == at:
+            if epoch == _RESTS and self.answers.rests.get(member) == at:
                 return at
             heapq.heappop(deadlines)
         self._reclock()
@@ -933,15 +933,15 @@ class Pool:
         """Half-open circuits whose open window ended, end due quota rests, run due outlier evaluations."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            at, _, state, epoch = heapq.heappop(deadlines)
-            if state is None:
+            at, _, member, epoch = heapq.heappop(deadlines)
+            if member is None:
                 self._evaluate_outliers(now)
             elif epoch == _RESTS:
-                self._wake(state, at)
-            elif state.live and state.circuit.epoch == epoch:
-                transition = state.circuit.handle_timer(now)
+                self._wake(member, at)
+            elif member.live and member.circuit.epoch == epoch:
+                transition = member.circuit.handle_timer(now)
                 if transition is not None:
-                    self._moved(state, transition)
+                    self._moved(member, transition)
         self._reclock()
 
     def _reclock(self) -> None:
@@ -949,134 +949,134 @@ class Pool:
         load = self.load
         self.needs_now = self.times_calls or bool(self._deadlines) or bool(self.answers.holds) or bool(load.ramping)
 
-    def set_admin(self, endpoint_id: str, status: AdminStatus, now: float = 0.0) -> EndpointState:
+    def set_admin(self, endpoint_id: str, status: AdminStatus, now: float = 0.0) -> Member:
         """Set an operator status; raises KeyError for an unknown id.
 
         With slow start, an endpoint an operator takes back into service (from DRAINING,
         DISABLED or FORCED_UNHEALTHY) ramps up from ``now``.
         """
-        state = self.members[endpoint_id]
-        back = state.admin not in (_AUTO, _FORCED_HEALTHY) and status in (_AUTO, _FORCED_HEALTHY)
-        state.admin = status
-        self._sync(state)
+        member = self.members[endpoint_id]
+        back = member.admin not in (_AUTO, _FORCED_HEALTHY) and status in (_AUTO, _FORCED_HEALTHY)
+        member.admin = status
+        self._sync(member)
         if back and self.load.slow_start is not None:
-            self._ramp(state, now)
-        return state
+            self._ramp(member, now)
+        return member
 
-    def reset_circuit(self, state: EndpointState, now: float) -> None:
+    def reset_circuit(self, member: Member, now: float) -> None:
         """Reset one circuit to a fresh CLOSED epoch (operator action, rediscovery)."""
-        self._moved(state, state.circuit.reset(now))
+        self._moved(member, member.circuit.reset(now))
 
-    def set_health(self, state: EndpointState, refusal: IneligibleReason | None, now: float = 0.0) -> None:
+    def set_health(self, member: Member, refusal: IneligibleReason | None, now: float = 0.0) -> None:
         """Record active health's verdict for one endpoint (None: it may serve); O(1).
 
         With slow start, an endpoint active health lets back in ramps up from ``now``.
         """
-        if refusal is not state.health_refusal:
+        if refusal is not member.health_refusal:
             back = refusal is None
-            state.health_refusal = refusal
-            if state.live:
-                self._sync(state)
+            member.health_refusal = refusal
+            if member.live:
+                self._sync(member)
                 if back and self.load.slow_start is not None:
-                    self._ramp(state, now)
+                    self._ramp(member, now)
 
-    def set_readiness(self, state: EndpointState, reason: IneligibleReason | None) -> None:
-        """Keep ``state`` out as NOT_READY or QUARANTINED, or (None) let the rest decide; O(1).
+    def set_readiness(self, member: Member, reason: IneligibleReason | None) -> None:
+        """Keep ``member`` out as NOT_READY or QUARANTINED, or (None) let the rest decide; O(1).
 
         A readiness check passing while its quota rests leaves it out as QUOTA until the reset.
         """
-        if reason is None and state in self.answers.rests:
+        if reason is None and member in self.answers.rests:
             reason = _QUOTA
-        if reason is not state.readiness:
-            state.readiness = reason
-            if state.live:
-                self._sync(state)
+        if reason is not member.readiness:
+            member.readiness = reason
+            if member.live:
+                self._sync(member)
 
-    def uneject(self, state: EndpointState, now: float) -> bool:
+    def uneject(self, member: Member, now: float) -> bool:
         """Close a passively ejected circuit after a passing active check; False if not ejected."""
-        if not state.live:
+        if not member.live:
             return False
-        transition = state.circuit.uneject(now)
+        transition = member.circuit.uneject(now)
         if transition is None:
             return False
-        self._moved(state, transition)
+        self._moved(member, transition)
         return True
 
     # -- fleet coordination ------------------------------------------------------------
 
     def adopt(
-        self, state: EndpointState, target: CircuitState, now: float, *, reopen_at: float | None, level: int
+        self, member: Member, target: CircuitState, now: float, *, reopen_at: float | None, level: int
     ) -> Transition:
         """Move one circuit to the fleet's shared state (see :meth:`Circuit.adopt`)."""
-        transition = state.circuit.adopt(target, now, reopen_at=reopen_at, level=level)
-        self._moved(state, transition)
+        transition = member.circuit.adopt(target, now, reopen_at=reopen_at, level=level)
+        self._moved(member, transition)
         return transition
 
-    def retime(self, state: EndpointState, reopen_at: float) -> None:
+    def retime(self, member: Member, reopen_at: float) -> None:
         """Move an OPEN circuit's deadline to the fleet's (see :meth:`Circuit.retime`)."""
-        circuit = state.circuit
+        circuit = member.circuit
         if circuit.retime(reopen_at) and not circuit.leased:
-            self._arm(state)
+            self._arm(member)
 
-    def grant(self, state: EndpointState, slots: int) -> bool:
+    def grant(self, member: Member, slots: int) -> bool:
         """Hand leased probe slots to a HALF_OPEN circuit; False if it is not HALF_OPEN."""
-        granted = state.circuit.grant(slots)
+        granted = member.circuit.grant(slots)
         if granted:
-            self._sync(state)
+            self._sync(member)
         return granted
 
-    def revoke(self, state: EndpointState) -> int:
+    def revoke(self, member: Member) -> int:
         """Take back a leased circuit's free probe slots (see :meth:`Circuit.revoke`); how many."""
-        taken = state.circuit.revoke()
+        taken = member.circuit.revoke()
         if taken:
-            self._sync(state)
+            self._sync(member)
         return taken
 
-    def excluded(self, state: EndpointState) -> IneligibleReason | None:
-        """Why readiness, active health or the operator's status keeps ``state`` out, or None."""
-        return gate(state)
+    def excluded(self, member: Member) -> IneligibleReason | None:
+        """Why readiness, active health or the operator's status keeps ``member`` out, or None."""
+        return gate(member)
 
-    def set_leased(self, state: EndpointState, leased: bool, now: float) -> None:  # noqa: FBT001
+    def set_leased(self, member: Member, leased: bool, now: float) -> None:  # noqa: FBT001
         """Enter or leave leased mode; leaving it re-arms the circuit's own OPEN timer."""
-        circuit = state.circuit
+        circuit = member.circuit
         transition = circuit.set_leased(leased, now)
         if transition is not None:
-            self._moved(state, transition)
+            self._moved(member, transition)
             return
         if not leased and circuit.state is _OPEN:
-            self._arm(state)
-        self._sync(state)
+            self._arm(member)
+        self._sync(member)
 
     # -- internals ---------------------------------------------------------------------
 
-    def _push(self, at: float, state: EndpointState | None, epoch: int) -> None:
-        """Add a deadline: an OPEN circuit's end, or (``state`` None) an outlier evaluation."""
+    def _push(self, at: float, member: Member | None, epoch: int) -> None:
+        """Add a deadline: an OPEN circuit's end, or (``member`` None) an outlier evaluation."""
         self._seq += 1
-        heapq.heappush(self._deadlines, (at, self._seq, state, epoch))
+        heapq.heappush(self._deadlines, (at, self._seq, member, epoch))
         self.needs_now = True
 
-    def _arm(self, state: EndpointState) -> None:
-        circuit = state.circuit
+    def _arm(self, member: Member) -> None:
+        circuit = member.circuit
         if circuit.reopen_at is not None:
-            self._push(circuit.reopen_at, state, circuit.epoch)
+            self._push(circuit.reopen_at, member, circuit.epoch)
 
-    def _moved(self, state: EndpointState, transition: Transition) -> None:
+    def _moved(self, member: Member, transition: Transition) -> None:
         load = self.load
-        recalled = state in load.recalls  # recalled for the pool's load since it was ejected
+        recalled = member in load.recalls  # recalled for the pool's load since it was ejected
         if transition.target is not _OPEN and transition.target is not _HALF_OPEN:
-            load.recallable.pop(state, None)  # readmitted, blocked or retired: no longer ejected for load
-            load.recalls.pop(state, None)
+            load.recallable.pop(member, None)  # readmitted, blocked or retired: no longer ejected for load
+            load.recalls.pop(member, None)
         if transition.target is _OPEN and transition.reopen_at is not None:
-            self._push(transition.reopen_at, state, transition.epoch)
+            self._push(transition.reopen_at, member, transition.epoch)
         elif transition.target is _CLOSED and transition.source is not _CLOSED and transition.cause is not _POOL_LOADED:
             # Readmitted after an ejection: ramp back up, with the balancer's slow start, or
             # (none configured) over the overload window after a recall: it was out while
             # the pool was loaded, and its full share at once would overload it again. An
             # ejection undone (POOL_LOADED) was the pool's load, never its own: it takes
             # its share back at once.
-            self._ramp(state, transition.at, None if load.slow_start is not None or not recalled else load.recall_ramp)
-        self._sync(state)
-        self.listener.transition(state, transition)
+            self._ramp(member, transition.at, None if load.slow_start is not None or not recalled else load.recall_ramp)
+        self._sync(member)
+        self.listener.transition(member, transition)
         if self.guard.next_to_eject() is not None:
             self._promote(transition.at)
 
@@ -1094,71 +1094,71 @@ class Pool:
         sampler = self._outliers
         assert sampler is not None  # noqa: S101 - only with success-rate detection
         guard = self.guard
-        for state in sampler.outliers(self.members.values()):
-            circuit = state.circuit
+        for member in sampler.outliers(self.members.values()):
+            circuit = member.circuit
             before = circuit.suppressed_ejections
             transition = circuit.trip(Cause.SUCCESS_RATE, now, may_eject=guard.may_eject)
             guard.count_suppressed(before, circuit)
             if transition is not None:
-                self._moved(state, transition)
-            elif circuit.degraded is not state.was_degraded:
-                self._sync(state)
+                self._moved(member, transition)
+            elif circuit.degraded is not member.was_degraded:
+                self._sync(member)
         self._schedule_outliers(now)
 
     def _promote(self, now: float) -> None:
         """While the guard has room, eject degraded endpoints, longest degraded first."""
         guard = self.guard
-        while (state := guard.next_to_eject()) is not None:
-            transition = state.circuit.eject_degraded(now)
+        while (member := guard.next_to_eject()) is not None:
+            transition = member.circuit.eject_degraded(now)
             if transition is None:  # not CLOSED any more: the pool's view was stale
-                self._sync(state)
+                self._sync(member)
                 continue
-            self._moved(state, transition)
+            self._moved(member, transition)
 
-    def _sync(self, state: EndpointState) -> None:
-        """Bring ``state``'s routing membership in line with its circuit and admin status."""
-        self._refresh(state)
+    def _sync(self, member: Member) -> None:
+        """Bring ``member``'s routing membership in line with its circuit and admin status."""
+        self._refresh(member)
         self._replan()
 
-    def _refresh(self, state: EndpointState) -> None:
-        circuit = state.circuit
-        changed = self.guard.update(state)
+    def _refresh(self, member: Member) -> None:
+        circuit = member.circuit
+        changed = self.guard.update(member)
         if changed is not None:
-            self.listener.degraded(state, changed)
+            self.listener.degraded(member, changed)
         degraded = circuit.degraded
-        admin = state.admin
-        home = state.home
-        assert home is not None  # noqa: S101 - every live state has a home
+        admin = member.admin
+        home = member.home
+        assert home is not None  # noqa: S101 - every live member has a home
         # DRAINING and DISABLED take an endpoint out of its tier's capacity, and out of panic.
         # (Identity tests: hashing an enum member for a set lookup is a Python-level call.)
         counted = admin is not _DRAINING and admin is not _DISABLED
-        if counted != state.counted:
-            state.counted = counted
+        if counted != member.counted:
+            member.counted = counted
             home.capacity += 1 if counted else -1
-        available = circuit.accepting and gate(state) is None
+        available = circuit.accepting and gate(member) is None
         reserve = available and degraded
-        if reserve != (state.degraded_pos >= 0):
+        if reserve != (member.degraded_pos >= 0):
             if reserve:
-                home.tier.degraded.add(state)
+                home.tier.degraded.add(member)
             else:
-                home.tier.degraded.remove(state)
+                home.tier.degraded.remove(member)
         available = available and not degraded
-        if available != state.is_candidate:
+        if available != member.is_candidate:
             if available:
-                home.add(state)
+                home.add(member)
             else:
-                home.remove(state)
+                home.remove(member)
         panic = home.tier.panic
         if panic is not None:  # never PERMANENT-blocked, retired, not ready to be called, or out of quota
             cstate = circuit.state
-            eligible = counted and cstate is not _BLOCKED and cstate is not _RETIRED and state.readiness is None
-            if eligible != (state.panic_pos >= 0):
+            eligible = counted and cstate is not _BLOCKED and cstate is not _RETIRED and member.readiness is None
+            if eligible != (member.panic_pos >= 0):
                 if eligible:
-                    panic.add(state)
+                    panic.add(member)
                 else:
-                    panic.remove(state)
+                    panic.remove(member)
 
-    def _leave(self, gone: list[EndpointState]) -> None:
+    def _leave(self, gone: list[Member]) -> None:
         """``gone`` (no longer in :attr:`members`) leave every structure of the pool: O(changes + scopes touched)."""
         load = self.load
         view = self._view
@@ -1172,17 +1172,17 @@ class Pool:
             self.answers.rests,
         ):
             if table:  # most are empty: a large update pays for the ones in use only
-                for state in gone:
-                    table.pop(state, None)
+                for member in gone:
+                    table.pop(member, None)
         self._detach_all(gone)
         guard = self.guard
-        for state in gone:
-            state.live = False
-            if state.was_ejected or state.was_degraded:
-                guard.leave(state)
+        for member in gone:
+            member.live = False
+            if member.was_ejected or member.was_degraded:
+                guard.leave(member)
         self.listener.left(gone)
 
-    def _join_fresh(self, fresh: Mapping[str, EndpointState]) -> None:
+    def _join_fresh(self, fresh: Mapping[str, Member]) -> None:
         """Records :meth:`build` made (by id), untouched since, become members, in one pass per scope.
 
         Such a record is CLOSED, not degraded, under AUTO and with nothing pending, so
@@ -1194,15 +1194,15 @@ class Pool:
         self.members.update(fresh)
         states = list(fresh.values())
         router = self.router
-        groups: dict[Scope, list[EndpointState]]
-        tiers = {state.endpoint.tier for state in states}
+        groups: dict[Scope, list[Member]]
+        tiers = {member.endpoint.tier for member in states}
         if len(tiers) == 1 and (tier := router.tier(tiers.pop())).remote is None:
             groups = {tier.local: states}  # one tier, no zones: one home (the common case, a set built in C)
         else:
             homes: dict[tuple[int, str | None], Scope] = {}
 
-            def home_of(state: EndpointState) -> Scope:
-                endpoint = state.endpoint
+            def home_of(member: Member) -> Scope:
+                endpoint = member.endpoint
                 where = (endpoint.tier, endpoint.zone)
                 home = homes.get(where)
                 if home is None:
@@ -1212,10 +1212,10 @@ class Pool:
             groups = _grouped(states, home_of)
         for home, group in groups.items():
             loads = home.loads
-            for state in group:
-                state.home = home
-                state.loads = loads
-                state.counted = True
+            for member in group:
+                member.home = home
+                member.loads = loads
+                member.counted = True
             home.join_all(group)
             home.capacity += len(group)
             home.add_all(group)
@@ -1224,26 +1224,26 @@ class Pool:
                 panic.join_all(group)
                 panic.add_all(group)
 
-    def _detach_all(self, states: list[EndpointState]) -> None:
+    def _detach_all(self, states: list[Member]) -> None:
         """Take ``states`` out of every routing structure, a list per scope (no replan)."""
-        homes = {state.home for state in states}  # one home is the common case: a set built in C
+        homes = {member.home for member in states}  # one home is the common case: a set built in C
         only = homes.pop() if len(homes) == 1 else None
         groups = {only: states} if only is not None else _grouped(states, _home)
         for home, group in groups.items():
             tier = home.tier
-            listed: list[EndpointState] = []
-            panicked: list[EndpointState] = []
+            listed: list[Member] = []
+            panicked: list[Member] = []
             counted = 0
-            for state in group:  # one pass over the records: each is visited once
-                if state.is_candidate:
-                    listed.append(state)
-                if state.degraded_pos >= 0:
-                    tier.degraded.remove(state)
-                if state.counted:
-                    state.counted = False
+            for member in group:  # one pass over the records: each is visited once
+                if member.is_candidate:
+                    listed.append(member)
+                if member.degraded_pos >= 0:
+                    tier.degraded.remove(member)
+                if member.counted:
+                    member.counted = False
                     counted += 1
-                if state.panic_pos >= 0:
-                    panicked.append(state)
+                if member.panic_pos >= 0:
+                    panicked.append(member)
             home.remove_all(listed)
             home.capacity -= counted
             home.leave_all(group)
@@ -1254,20 +1254,20 @@ class Pool:
         for tier in dict.fromkeys(home.tier for home in groups):
             self.router.prune(tier)
 
-    def _attach(self, state: EndpointState) -> None:
-        """Home a live state in the scope its endpoint belongs to (no replan)."""
-        home = self.router.home(state.endpoint)
-        state.home = home
-        state.loads = home.loads
-        home.join(state)
+    def _attach(self, member: Member) -> None:
+        """Home a live member in the scope its endpoint belongs to (no replan)."""
+        home = self.router.home(member.endpoint)
+        member.home = home
+        member.loads = home.loads
+        home.join(member)
         panic = home.tier.panic
         if panic is not None:
-            panic.join(state)
-        self._refresh(state)
+            panic.join(member)
+        self._refresh(member)
 
-    def _detach(self, state: EndpointState) -> None:
-        """Take a state out of every routing structure (no replan)."""
-        self._detach_all([state])
+    def _detach(self, member: Member) -> None:
+        """Take a member out of every routing structure (no replan)."""
+        self._detach_all([member])
 
     def _replan(self) -> None:
         router = self.router
@@ -1283,7 +1283,7 @@ class Pool:
         self.listener.replanned()
 
     @property
-    def fast_scope(self) -> list[EndpointState] | None:
+    def fast_scope(self) -> list[Member] | None:
         """The hot path's candidates (the scope taking all traffic as HEALTHY), or None.
 
         None when selections go through the router.
@@ -1321,25 +1321,23 @@ class Pool:
         return self.guard.suppressed
 
 
-def _grouped(
-    states: list[EndpointState], home_of: Callable[[EndpointState], Scope]
-) -> dict[Scope, list[EndpointState]]:
+def _grouped(states: list[Member], home_of: Callable[[Member], Scope]) -> dict[Scope, list[Member]]:
     """``states`` by their home scope (``home_of``), each list in their order."""
-    groups: dict[Scope, list[EndpointState]] = {}
-    for state in states:
-        home = home_of(state)
+    groups: dict[Scope, list[Member]] = {}
+    for member in states:
+        home = home_of(member)
         group = groups.get(home)
         if group is None:
             group = groups[home] = []
-        group.append(state)
+        group.append(member)
     return groups
 
 
-def _home(state: EndpointState) -> Scope:
-    home = state.home
-    assert home is not None  # noqa: S101 - every live state has a home
+def _home(member: Member) -> Scope:
+    home = member.home
+    assert home is not None  # noqa: S101 - every live member has a home
     return home
 
 
-def _no_pick(candidates: list[EndpointState], loads: list[int], key: Hashable | None) -> EndpointState:
+def _no_pick(candidates: list[Member], loads: list[int], key: Hashable | None) -> Member:
     raise AssertionError("the fast path ran with no fast scope")  # pragma: no cover

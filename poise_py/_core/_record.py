@@ -1,6 +1,6 @@
 """The per-endpoint record the pool keeps, and why an endpoint is out (pure core).
 
-:class:`EndpointState` holds one endpoint's circuit, its circuit's counts, the pool's
+:class:`Member` holds one endpoint's circuit, its circuit's counts, the pool's
 counters and its routing positions;
 :func:`gate`, :func:`refusal` and :func:`no_eligible` say why an endpoint may not take a
 permit, for the pool's eligibility and for the error a failed selection raises.
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ._routing import Scope
 
 UNMEASURED = -math.inf
-"""``EndpointState.ewma_at`` of an endpoint whose latency was never observed."""
+"""``Member.ewma_at`` of an endpoint whose latency was never observed."""
 
 FAULT_INDEX: dict[Fault, int] = {f: i for i, f in enumerate(Fault)}
 
@@ -57,19 +57,19 @@ _ADMIN_REFUSAL: dict[AdminStatus, IneligibleReason | None] = {
 _AUTO = AdminStatus.AUTO
 
 
-def gate(state: EndpointState) -> IneligibleReason | None:
+def gate(member: Member) -> IneligibleReason | None:
     """Readiness, a spent quota, then the operator's and active health's verdict (health only under AUTO)."""
-    admin = state.admin
-    return state.readiness or (state.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
+    admin = member.admin
+    return member.readiness or (member.health_refusal if admin is _AUTO else _ADMIN_REFUSAL[admin])
 
 
-def refusal(state: EndpointState) -> IneligibleReason | None:
-    """Why ``state`` may not take a permit now (the operator, its circuit, then :func:`gate`), or None."""
-    return _ADMIN_REFUSAL[state.admin] or state.circuit.refusal() or gate(state)
+def refusal(member: Member) -> IneligibleReason | None:
+    """Why ``member`` may not take a permit now (the operator, its circuit, then :func:`gate`), or None."""
+    return _ADMIN_REFUSAL[member.admin] or member.circuit.refusal() or gate(member)
 
 
 def no_eligible(
-    members: Collection[EndpointState], exclude: Collection[str], refused: int | None
+    members: Collection[Member], exclude: Collection[str], refused: int | None
 ) -> EmptyPool | NoEligibleEndpoints:
     """The error for a selection that found no endpoint: each member's reason, counted.
 
@@ -80,17 +80,17 @@ def no_eligible(
         return EmptyPool("discovery has not delivered any endpoint yet")
     reasons = dict.fromkeys(IneligibleReason, 0)
     retry_after: float | None = None
-    for state in members:
-        reason = refusal(state)
-        if reason is IneligibleReason.OPEN and gate(state) is None:
+    for member in members:
+        reason = refusal(member)
+        if reason is IneligibleReason.OPEN and gate(member) is None:
             # Nothing else keeps it out: it takes a probe once its open window ends.
-            reopen_at = state.circuit.reopen_at
+            reopen_at = member.circuit.reopen_at
             if reopen_at is not None and (retry_after is None or reopen_at < retry_after):
                 retry_after = reopen_at
         if reason is None:
-            if state.endpoint.id in exclude:
+            if member.endpoint.id in exclude:
                 reason = IneligibleReason.EXCLUDED
-            elif state.endpoint.tier == refused:
+            elif member.endpoint.tier == refused:
                 reason = IneligibleReason.PANIC
             else:
                 reason = IneligibleReason.SCOPE
@@ -98,32 +98,32 @@ def no_eligible(
     return NoEligibleEndpoints(reasons, len(members), retry_after=retry_after)
 
 
-def count_selection(state: EndpointState, mode: DecisionMode, n: int = 1) -> None:
-    """Count ``n`` selections of ``state`` made in ``mode`` (a no-op for HEALTHY, which is derived).
+def count_selection(member: Member, mode: DecisionMode, n: int = 1) -> None:
+    """Count ``n`` selections of ``member`` made in ``mode`` (a no-op for HEALTHY, which is derived).
 
     Routing calls this on its SPILLOVER and PANIC paths only, so telemetry costs the
     healthy hot path nothing; ``n=-1`` takes back one it counted (never below zero).
     """
     if mode is not DecisionMode.HEALTHY:
-        counts = state.mode_selections
+        counts = member.mode_selections
         if counts is UNCOUNTED_SELECTIONS:
             if n < 0:
                 return
-            counts = state.mode_selections = [0] * len(MODE_INDEX)
+            counts = member.mode_selections = [0] * len(MODE_INDEX)
         i = MODE_INDEX[mode]
         counts[i] = max(0, sat_add(counts[i], n))
 
 
-def count_fault(state: EndpointState, fault: Fault) -> None:
-    """Count one ``fault`` of ``state``."""
-    faults = state.faults
+def count_fault(member: Member, fault: Fault) -> None:
+    """Count one ``fault`` of ``member``."""
+    faults = member.faults
     if faults is UNCOUNTED_FAULTS:
-        faults = state.faults = [0] * len(FAULT_INDEX)
+        faults = member.faults = [0] * len(FAULT_INDEX)
     i = FAULT_INDEX[fault]
     faults[i] = sat_add(faults[i])
 
 
-class EndpointState(Tally):
+class Member(Tally):
     """Everything the pool knows about one live endpoint: its circuit, and the pool's bookkeeping.
 
     The record *is* its circuit's :class:`~poise_py._core._tally.Tally` (a subclass): a
@@ -132,7 +132,7 @@ class EndpointState(Tally):
     touches the circuit (:attr:`circuit`, a separate object that holds the state machine
     and is reached only when something moves; ``docs/performance.md``, scaling).
 
-    Identity is the object: a state that leaves the pool is marked not ``live`` and never
+    Identity is the object: a member that leaves the pool is marked not ``live`` and never
     reused, so a late result for it can never touch a re-added endpoint of the same id.
     """
 
@@ -230,4 +230,4 @@ class EndpointState(Tally):
         return self.endpoint.weight
 
     def __repr__(self) -> str:
-        return f"<EndpointState {self.endpoint.id!r} {self.circuit.state.value} inflight={self.inflight}>"
+        return f"<Member {self.endpoint.id!r} {self.circuit.state.value} inflight={self.inflight}>"

@@ -53,7 +53,7 @@ from .._endpoint import Endpoint
 from .._errors import ConfigError
 from .._knobs import check_count, check_number, check_share
 from ._pickers import Picker, PoolView, ratio
-from ._record import EndpointState
+from ._record import Member
 from ._selection import Policy
 
 TRAFFIC_UNITS = 1_000_000
@@ -156,7 +156,7 @@ _PANIC = DecisionMode.PANIC
 _DEGRADED = DecisionMode.DEGRADED
 
 
-Hook: TypeAlias = "Callable[[list[EndpointState]], None]"
+Hook: TypeAlias = "Callable[[list[Member]], None]"
 """A picker's hook (``added``, ``removed``, ``joined``, ``left``): the endpoints concerned."""
 
 BULK_SHARE = 8
@@ -182,7 +182,7 @@ class Scope:
     # Declared types (for type checkers and the public type surface); values are set in __init__.
     tier: Tier
     local: bool
-    candidates: list[EndpointState]
+    candidates: list[Member]
     loads: list[int]
     load_total: int
     totals: bool
@@ -211,9 +211,9 @@ class Scope:
     tracked = True
     """Whether :attr:`loads` mirrors the candidates' in-flight counts (home scopes)."""
     panic = False
-    """Whether this is a tier's panic scope (its positions are ``state.panic_pos``)."""
+    """Whether this is a tier's panic scope (its positions are ``member.panic_pos``)."""
     degraded = False
-    """Whether this is a tier's degraded scope (its positions are ``state.degraded_pos``)."""
+    """Whether this is a tier's degraded scope (its positions are ``member.degraded_pos``)."""
 
     def __init__(self, tier: Tier, policy: Policy, rng: random.Random, view: PoolView, *, local: bool) -> None:
         self.tier = tier
@@ -242,53 +242,53 @@ class Scope:
         side = "local" if self.local else "remote"
         return f"<Scope tier={self.tier.number} {side} {len(self.candidates)}/{self.members}>"
 
-    def add(self, state: EndpointState) -> None:
-        """Make ``state`` a candidate (it must not be one)."""
-        state.pos = len(self.candidates)
-        state.is_candidate = True
-        self.candidates.append(state)
-        load = state.inflight
+    def add(self, member: Member) -> None:
+        """Make ``member`` a candidate (it must not be one)."""
+        member.pos = len(self.candidates)
+        member.is_candidate = True
+        self.candidates.append(member)
+        load = member.inflight
         self.loads.append(load)
         if self.totals:
             self.load_total += load
         if self._added is not None:
-            self._added([state])
+            self._added([member])
 
-    def remove(self, state: EndpointState) -> None:
-        """Stop ``state`` being a candidate (it must be one): swap with the last, O(1)."""
-        pos = state.pos
+    def remove(self, member: Member) -> None:
+        """Stop ``member`` being a candidate (it must be one): swap with the last, O(1)."""
+        pos = member.pos
         candidates = self.candidates
         loads = self.loads
         if self.totals:
             self.load_total -= loads[pos]
         last = candidates.pop()
         last_load = loads.pop()
-        if last is not state:
+        if last is not member:
             candidates[pos] = last
             loads[pos] = last_load
             last.pos = pos
-        state.pos = -1
-        state.is_candidate = False
+        member.pos = -1
+        member.is_candidate = False
         if self._removed is not None:
-            self._removed([state])
+            self._removed([member])
 
-    def add_all(self, states: list[EndpointState]) -> None:
+    def add_all(self, states: list[Member]) -> None:
         """:meth:`add` each of ``states`` (none a candidate), in one pass: O(len(states))."""
         candidates = self.candidates
         pos = len(candidates)
-        for state in states:
-            state.pos = pos
-            state.is_candidate = True
+        for member in states:
+            member.pos = pos
+            member.is_candidate = True
             pos += 1
         candidates.extend(states)
-        loads = [state.inflight for state in states]
+        loads = [member.inflight for member in states]
         self.loads.extend(loads)
         if self.totals:
             self.load_total += sum(loads)
         if self._added is not None:
             self._added(states)
 
-    def remove_all(self, states: list[EndpointState]) -> None:
+    def remove_all(self, states: list[Member]) -> None:
         """:meth:`remove` each of ``states`` (each a candidate).
 
         A few at a time (O(1) each); from :data:`BULK_SHARE` of the candidates on, in one
@@ -298,38 +298,38 @@ class Scope:
         """
         candidates = self.candidates
         if len(states) * BULK_SHARE < len(candidates):
-            for state in states:
-                self.remove(state)
+            for member in states:
+                self.remove(member)
             return
         loads = self.loads
         if self.totals:
-            self.load_total -= sum([loads[state.pos] for state in states])
-        for state in states:
-            state.is_candidate = False
-            state.pos = -1
-        kept = [state for state in candidates if state.is_candidate]
-        loads[:] = [loads[state.pos] for state in kept]
+            self.load_total -= sum([loads[member.pos] for member in states])
+        for member in states:
+            member.is_candidate = False
+            member.pos = -1
+        kept = [member for member in candidates if member.is_candidate]
+        loads[:] = [loads[member.pos] for member in kept]
         candidates[:] = kept  # in place: the pool's hot path and the picker hold these lists
-        for pos, state in enumerate(kept):
-            state.pos = pos
+        for pos, member in enumerate(kept):
+            member.pos = pos
         if self._removed is not None:
             self._removed(states)
 
-    def join(self, state: EndpointState) -> None:
-        """``state`` is now homed here."""
-        self.join_all([state])
+    def join(self, member: Member) -> None:
+        """``member`` is now homed here."""
+        self.join_all([member])
 
-    def join_all(self, states: list[EndpointState]) -> None:
+    def join_all(self, states: list[Member]) -> None:
         """:meth:`join` each of ``states``."""
         self.members += len(states)
         if self._joined is not None:
             self._joined(states)
 
-    def leave(self, state: EndpointState) -> None:
-        """``state`` is no longer homed here."""
-        self.leave_all([state])
+    def leave(self, member: Member) -> None:
+        """``member`` is no longer homed here."""
+        self.leave_all([member])
 
-    def leave_all(self, states: list[EndpointState]) -> None:
+    def leave_all(self, states: list[Member]) -> None:
         """:meth:`leave` each of ``states``."""
         self.members -= len(states)
         if self._left is not None:
@@ -337,7 +337,7 @@ class Scope:
 
 
 class PanicScope(Scope):
-    """A tier's panic set: every member panic may use, by ``state.panic_pos``."""
+    """A tier's panic set: every member panic may use, by ``member.panic_pos``."""
 
     __slots__ = ()
 
@@ -347,55 +347,55 @@ class PanicScope(Scope):
     def __repr__(self) -> str:
         return f"<PanicScope tier={self.tier.number} {len(self.candidates)}/{self.members}>"
 
-    def add(self, state: EndpointState) -> None:
-        """Make ``state`` a panic candidate."""
-        state.panic_pos = len(self.candidates)
-        self.candidates.append(state)
+    def add(self, member: Member) -> None:
+        """Make ``member`` a panic candidate."""
+        member.panic_pos = len(self.candidates)
+        self.candidates.append(member)
         if self._added is not None:
-            self._added([state])
+            self._added([member])
 
-    def remove(self, state: EndpointState) -> None:
-        """Stop ``state`` being a panic candidate."""
-        pos = state.panic_pos
+    def remove(self, member: Member) -> None:
+        """Stop ``member`` being a panic candidate."""
+        pos = member.panic_pos
         candidates = self.candidates
         last = candidates.pop()
-        if last is not state:
+        if last is not member:
             candidates[pos] = last
             last.panic_pos = pos
-        state.panic_pos = -1
+        member.panic_pos = -1
         if self._removed is not None:
-            self._removed([state])
+            self._removed([member])
 
-    def add_all(self, states: list[EndpointState]) -> None:
+    def add_all(self, states: list[Member]) -> None:
         """:meth:`add` each of ``states`` (none a panic candidate), in one pass."""
         candidates = self.candidates
         pos = len(candidates)
-        for state in states:
-            state.panic_pos = pos
+        for member in states:
+            member.panic_pos = pos
             pos += 1
         candidates.extend(states)
         if self._added is not None:
             self._added(states)
 
-    def remove_all(self, states: list[EndpointState]) -> None:
+    def remove_all(self, states: list[Member]) -> None:
         """:meth:`remove` each of ``states`` (panic candidates); in one pass when many (:meth:`Scope.remove_all`)."""
         candidates = self.candidates
         if len(states) * BULK_SHARE < len(candidates):
-            for state in states:
-                self.remove(state)
+            for member in states:
+                self.remove(member)
             return
-        for state in states:
-            state.panic_pos = -1
-        kept = [state for state in candidates if state.panic_pos >= 0]
+        for member in states:
+            member.panic_pos = -1
+        kept = [member for member in candidates if member.panic_pos >= 0]
         candidates[:] = kept
-        for pos, state in enumerate(kept):
-            state.panic_pos = pos
+        for pos, member in enumerate(kept):
+            member.panic_pos = pos
         if self._removed is not None:
             self._removed(states)
 
 
 class DegradedScope(Scope):
-    """A tier's degraded endpoints, by ``state.degraded_pos``: reserve capacity.
+    """A tier's degraded endpoints, by ``member.degraded_pos``: reserve capacity.
 
     Its members are exactly its candidates (an endpoint joins when it is degraded and
     could take a permit, and leaves when either stops), so a hash table over them holds
@@ -411,38 +411,38 @@ class DegradedScope(Scope):
     def __repr__(self) -> str:
         return f"<DegradedScope tier={self.tier.number} {len(self.candidates)}>"
 
-    def add(self, state: EndpointState) -> None:
-        """Make ``state`` a degraded candidate (and member)."""
-        self.join(state)
+    def add(self, member: Member) -> None:
+        """Make ``member`` a degraded candidate (and member)."""
+        self.join(member)
         self.capacity += 1
-        state.degraded_pos = len(self.candidates)
-        self.candidates.append(state)
+        member.degraded_pos = len(self.candidates)
+        self.candidates.append(member)
         if self._added is not None:
-            self._added([state])
+            self._added([member])
 
-    def add_all(self, states: list[EndpointState]) -> None:
+    def add_all(self, states: list[Member]) -> None:
         """:meth:`add` each of ``states`` (its positions are ``degraded_pos``, not the home scope's)."""
-        for state in states:
-            self.add(state)
+        for member in states:
+            self.add(member)
 
-    def remove_all(self, states: list[EndpointState]) -> None:
+    def remove_all(self, states: list[Member]) -> None:
         """:meth:`remove` each of ``states``."""
-        for state in states:
-            self.remove(state)
+        for member in states:
+            self.remove(member)
 
-    def remove(self, state: EndpointState) -> None:
-        """Stop ``state`` being a degraded candidate (and member)."""
-        pos = state.degraded_pos
+    def remove(self, member: Member) -> None:
+        """Stop ``member`` being a degraded candidate (and member)."""
+        pos = member.degraded_pos
         candidates = self.candidates
         last = candidates.pop()
-        if last is not state:
+        if last is not member:
             candidates[pos] = last
             last.degraded_pos = pos
-        state.degraded_pos = -1
+        member.degraded_pos = -1
         if self._removed is not None:
-            self._removed([state])
+            self._removed([member])
         self.capacity -= 1
-        self.leave(state)
+        self.leave(member)
 
 
 class Tier:
@@ -730,9 +730,7 @@ class Router:
         return routes[-1]
 
 
-def pick_in(
-    scope: Scope, key: Hashable | None, exclude: Collection[str], unit: Callable[[], float]
-) -> EndpointState | None:
+def pick_in(scope: Scope, key: Hashable | None, exclude: Collection[str], unit: Callable[[], float]) -> Member | None:
     """Pick in ``scope`` outside ``exclude``, or None if every candidate is excluded.
 
     A picker with its own ``pick_excluding`` is asked directly; otherwise the policy
@@ -742,21 +740,21 @@ def pick_in(
     picker = scope.picker
     native = getattr(picker, "pick_excluding", None)
     if native is not None:
-        found: EndpointState | None = native(candidates, scope.loads, key, exclude)
+        found: Member | None = native(candidates, scope.loads, key, exclude)
         return found
     pick = picker.pick
     loads = scope.loads
     for _ in range(2 * len(exclude) + 2):
-        state = pick(candidates, loads, key)
-        if state.endpoint.id not in exclude:
-            return state
+        member = pick(candidates, loads, key)
+        if member.endpoint.id not in exclude:
+            return member
     rest = [s for s in candidates if s.endpoint.id not in exclude]
     if not rest:
         return None
     # Rare: the policy kept drawing excluded endpoints. Weighted random over the rest.
     target = int(unit() * sum(s.endpoint.weight for s in rest))
-    for state in rest:
-        target -= state.endpoint.weight
+    for member in rest:
+        target -= member.endpoint.weight
         if target < 0:
-            return state
+            return member
     return rest[-1]

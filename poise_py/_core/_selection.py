@@ -58,7 +58,7 @@ from ._pickers import (
 from ._record import UNMEASURED
 
 if TYPE_CHECKING:
-    from ._record import EndpointState
+    from ._record import Member
 
 
 class Policy(Protocol):
@@ -66,7 +66,7 @@ class Policy(Protocol):
 
     Optional attributes a policy may define: ``measures_latency`` (the pool reads the
     clock on every pick and completion, keeps it in the scopes' :class:`PoolView`, and
-    calls ``observe(state, latency, now)`` on the policy when a call completes),
+    calls ``observe(member, latency, now)`` on the policy when a call completes),
     ``tracks_load`` (home scopes keep their in-flight total, ``Scope.load_total``),
     ``reads_loads`` (default True; False tells the pool its picks never read ``loads``,
     so the hot path need not keep them current) and ``failure_penalty`` (seconds a failed
@@ -238,15 +238,15 @@ class PeakEwma:
         """Return a peak-EWMA picker."""
         return PeakEwmaPicker(rng.random, float(self.default_rtt), float(self.decay))
 
-    def observe(self, state: EndpointState, latency: float, now: float) -> None:
-        """Feed one completed call's latency into ``state``'s estimate."""
-        at = state.ewma_at
-        if at == UNMEASURED or latency >= state.ewma:
-            state.ewma = latency
+    def observe(self, member: Member, latency: float, now: float) -> None:
+        """Feed one completed call's latency into ``member``'s estimate."""
+        at = member.ewma_at
+        if at == UNMEASURED or latency >= member.ewma:
+            member.ewma = latency
         else:
             w = math.exp(-max(0.0, now - at) / self.decay)
-            state.ewma = state.ewma * w + latency * (1.0 - w)
-        state.ewma_at = now
+            member.ewma = member.ewma * w + latency * (1.0 - w)
+        member.ewma_at = now
 
 
 # -- load reports ----------------------------------------------------------------------------

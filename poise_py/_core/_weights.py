@@ -53,10 +53,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
-    from ._record import EndpointState
+    from ._record import Member
 
 Entry: TypeAlias = list[Any]
-"""A schedule entry: ``[deadline, seq, state, live, stride]`` (a list: compared in C)."""
+"""A schedule entry: ``[deadline, seq, member, live, stride]`` (a list: compared in C)."""
 
 T = TypeVar("T")
 
@@ -79,9 +79,9 @@ class _Bucket:
     __slots__ = ("below", "index", "states", "top", "total", "weights")
 
     def __init__(self) -> None:
-        self.states: list[EndpointState] = []
+        self.states: list[Member] = []
         self.weights: list[int] = []
-        self.index: dict[EndpointState, int] = {}
+        self.index: dict[Member, int] = {}
         self.total = 0
         self.top = 0
         """At least every weight here (the largest added since the bucket was last empty)."""
@@ -107,8 +107,8 @@ class WeightBuckets:
     def __len__(self) -> int:
         return sum(len(b.states) for b in self._order)
 
-    def add(self, state: EndpointState, weight: int) -> None:
-        """Hold ``state`` with ``weight`` (it must not be held)."""
+    def add(self, member: Member, weight: int) -> None:
+        """Hold ``member`` with ``weight`` (it must not be held)."""
         key = weight.bit_length()
         bucket = self._buckets.get(key)
         if bucket is None:
@@ -120,21 +120,21 @@ class WeightBuckets:
             bucket.top = weight
         elif weight < bucket.top:
             bucket.below += 1
-        bucket.index[state] = len(bucket.states)
-        bucket.states.append(state)
+        bucket.index[member] = len(bucket.states)
+        bucket.states.append(member)
         bucket.weights.append(weight)
         bucket.total += weight
         self.total += weight
 
-    def remove(self, state: EndpointState, weight: int) -> None:
-        """Stop holding ``state`` (held with ``weight``): the bucket's last member moves into its place."""
+    def remove(self, member: Member, weight: int) -> None:
+        """Stop holding ``member`` (held with ``weight``): the bucket's last member moves into its place."""
         bucket = self._buckets[weight.bit_length()]
-        i = bucket.index.pop(state)
+        i = bucket.index.pop(member)
         states = bucket.states
         weights = bucket.weights
         last = states.pop()
         last_weight = weights.pop()
-        if last is not state:
+        if last is not member:
             states[i] = last
             weights[i] = last_weight
             bucket.index[last] = i
@@ -146,7 +146,7 @@ class WeightBuckets:
             bucket.top = bucket.below = 0
             self._order.remove(bucket)
 
-    def add_all(self, states: list[EndpointState], weights: list[int]) -> None:
+    def add_all(self, states: list[Member], weights: list[int]) -> None:
         """:meth:`add` each of ``states`` with its weight, a bucket at a time (a large update)."""
         for key, (members, ws) in _by_key(states, weights, int.bit_length).items():
             bucket = self._buckets.get(key)
@@ -167,7 +167,7 @@ class WeightBuckets:
             bucket.total += total
             self.total += total
 
-    def remove_all(self, states: list[EndpointState], weights: list[int]) -> None:
+    def remove_all(self, states: list[Member], weights: list[int]) -> None:
         """:meth:`remove` each of ``states`` (held with its weight).
 
         A bucket losing at least an eighth of its members is rebuilt in one pass, keeping
@@ -176,14 +176,14 @@ class WeightBuckets:
         for key, (members, ws) in _by_key(states, weights, int.bit_length).items():
             bucket = self._buckets[key]
             if len(members) * 8 < len(bucket.states):
-                for state, weight in zip(members, ws, strict=True):
-                    self.remove(state, weight)
+                for member, weight in zip(members, ws, strict=True):
+                    self.remove(member, weight)
                 continue
             gone = set(members)
-            kept = [i for i, state in enumerate(bucket.states) if state not in gone]
+            kept = [i for i, member in enumerate(bucket.states) if member not in gone]
             bucket.states = [bucket.states[i] for i in kept]
             bucket.weights = [bucket.weights[i] for i in kept]
-            bucket.index = {state: i for i, state in enumerate(bucket.states)}
+            bucket.index = {member: i for i, member in enumerate(bucket.states)}
             total = sum(ws)
             bucket.total -= total
             self.total -= total
@@ -192,8 +192,8 @@ class WeightBuckets:
                 bucket.top = bucket.below = 0
                 self._order.remove(bucket)
 
-    def draw(self, unit: Callable[[], float]) -> EndpointState:
-        """One held state, with probability ``weight / total`` (something must be held)."""
+    def draw(self, unit: Callable[[], float]) -> Member:
+        """One held member, with probability ``weight / total`` (something must be held)."""
         order = self._order
         if len(order) == 1:
             bucket = order[0]
@@ -216,7 +216,7 @@ class WeightBuckets:
             if w == top or unit() * top < w:
                 return states[j]
 
-    def buckets(self) -> list[tuple[list[EndpointState], list[int], int, int, int]]:
+    def buckets(self) -> list[tuple[list[Member], list[int], int, int, int]]:
         """Each non-empty bucket's states, weights, total, top and count below top (for invariant checks)."""
         return [(list(b.states), list(b.weights), b.total, b.top, b.below) for b in self._order]
 
@@ -241,22 +241,22 @@ class WeightClasses:
     def __len__(self) -> int:
         return sum(len(c.members) for c in self._classes.values())
 
-    def add(self, state: EndpointState, weight: int) -> None:
-        """Add ``state`` to its class (it joins the class's rotation last)."""
+    def add(self, member: Member, weight: int) -> None:
+        """Add ``member`` to its class (it joins the class's rotation last)."""
         cls = self._classes.get(weight)
         if cls is None:
             cls = self._classes[weight] = _Class(weight)
-        cls.index[state] = len(cls.members)
-        cls.members.append(state)
+        cls.index[member] = len(cls.members)
+        cls.members.append(member)
         self._restride(cls)
 
-    def remove(self, state: EndpointState, weight: int) -> None:
-        """Take ``state`` out of its class (the class's last member moves into its turn)."""
+    def remove(self, member: Member, weight: int) -> None:
+        """Take ``member`` out of its class (the class's last member moves into its turn)."""
         cls = self._classes[weight]
-        i = cls.index.pop(state)
+        i = cls.index.pop(member)
         members = cls.members
         last = members.pop()
-        if last is not state:
+        if last is not member:
             members[i] = last
             cls.index[last] = i
         if cls.turn >= len(members):
@@ -267,7 +267,7 @@ class WeightClasses:
             del self._classes[weight]
             self._schedule.remove(cls)
 
-    def add_all(self, states: list[EndpointState], weights: list[int]) -> None:
+    def add_all(self, states: list[Member], weights: list[int]) -> None:
         """:meth:`add` each of ``states`` with its weight: each class grows once and is restrided once."""
         classes = self._classes
         for weight, (members, _) in _by_key(states, weights, _same).items():
@@ -279,7 +279,7 @@ class WeightClasses:
             cls.members.extend(members)
             self._restride(cls)
 
-    def remove_all(self, states: list[EndpointState], weights: list[int]) -> None:
+    def remove_all(self, states: list[Member], weights: list[int]) -> None:
         """:meth:`remove` each of ``states``.
 
         A class losing at least an eighth of its members is rebuilt in one pass (its
@@ -289,12 +289,12 @@ class WeightClasses:
         for weight, (members, _) in _by_key(states, weights, _same).items():
             cls = classes[weight]
             if len(members) * 8 < len(cls.members):
-                for state in members:
-                    self.remove(state, weight)
+                for member in members:
+                    self.remove(member, weight)
                 continue
             gone = set(members)
-            cls.members = [state for state in cls.members if state not in gone]
-            cls.index = {state: i for i, state in enumerate(cls.members)}
+            cls.members = [member for member in cls.members if member not in gone]
+            cls.index = {member: i for i, member in enumerate(cls.members)}
             cls.turn = 0
             if cls.members:
                 self._restride(cls)
@@ -310,7 +310,7 @@ class WeightClasses:
         else:
             schedule.add(cls, stride)
 
-    def next(self) -> EndpointState:
+    def next(self) -> Member:
         """The next endpoint of the rotation (something must be held)."""
         schedule = self._schedule
         entry = schedule.head()
@@ -321,8 +321,8 @@ class WeightClasses:
         cls.turn = turn + 1 if turn + 1 < len(members) else 0
         return members[turn]
 
-    def live_states(self) -> list[EndpointState]:
-        """Every held state (for invariant checks)."""
+    def live_states(self) -> list[Member]:
+        """Every held member (for invariant checks)."""
         return [s for c in self._classes.values() for s in c.members]
 
 
@@ -331,8 +331,8 @@ def _same(weight: int) -> int:
 
 
 def _by_key(
-    states: list[EndpointState], weights: list[int], key: Callable[[int], int]
-) -> dict[int, tuple[list[EndpointState], list[int]]]:
+    states: list[Member], weights: list[int], key: Callable[[int], int]
+) -> dict[int, tuple[list[Member], list[int]]]:
     """``states`` and their weights grouped by ``key(weight)``, in order.
 
     One group without a loop when every weight has the same key (an unweighted or evenly
@@ -341,13 +341,13 @@ def _by_key(
     keys = set(map(key, weights))
     if len(keys) == 1:
         return {keys.pop(): (states, weights)}
-    groups: dict[int, tuple[list[EndpointState], list[int]]] = {}
-    for state, weight in zip(states, weights, strict=True):
+    groups: dict[int, tuple[list[Member], list[int]]] = {}
+    for member, weight in zip(states, weights, strict=True):
         k = key(weight)
         group = groups.get(k)
         if group is None:
             group = groups[k] = ([], [])
-        group[0].append(state)
+        group[0].append(member)
         group[1].append(weight)
     return groups
 
@@ -359,16 +359,16 @@ class _Class:
 
     def __init__(self, weight: int) -> None:
         self.weight = weight
-        self.members: list[EndpointState] = []
-        self.index: dict[EndpointState, int] = {}
+        self.members: list[Member] = []
+        self.index: dict[Member, int] = {}
         self.turn = 0
 
 
 class Schedule(Generic[T]):
     """An earliest-deadline-first rotation over endpoint states (see the module docstring).
 
-    Heap entries are lists ``[deadline, seq, state, live, stride]``; ``seq`` is unique,
-    so comparisons never reach the state.
+    Heap entries are lists ``[deadline, seq, member, live, stride]``; ``seq`` is unique,
+    so comparisons never reach the member.
     """
 
     __slots__ = ("_adds", "_entries", "_heap", "_seq", "_stale", "vt")
@@ -385,22 +385,22 @@ class Schedule(Generic[T]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __contains__(self, state: T) -> bool:
-        return state in self._entries
+    def __contains__(self, member: T) -> bool:
+        return member in self._entries
 
-    def add(self, state: T, stride: int) -> None:
-        """Schedule ``state`` within one stride from now, at the next golden-ratio phase."""
+    def add(self, member: T, stride: int) -> None:
+        """Schedule ``member`` within one stride from now, at the next golden-ratio phase."""
         seq = self._seq
         self._seq = seq + 1
         adds = self._adds = self._adds + 1
         phase = adds * _GOLDEN32 & 0xFFFFFFFF
-        entry: Entry = [self.vt + (stride * phase >> 32), seq, state, True, stride]
-        self._entries[state] = entry
+        entry: Entry = [self.vt + (stride * phase >> 32), seq, member, True, stride]
+        self._entries[member] = entry
         heapq.heappush(self._heap, entry)
 
-    def remove(self, state: T) -> None:
-        """Unschedule ``state`` (its heap entry dies in place)."""
-        entry = self._entries.pop(state)
+    def remove(self, member: T) -> None:
+        """Unschedule ``member`` (its heap entry dies in place)."""
+        entry = self._entries.pop(member)
         entry[3] = False
         self._stale += 1
         if self._stale > len(self._entries) + 16:
@@ -408,16 +408,16 @@ class Schedule(Generic[T]):
             heapq.heapify(self._heap)
             self._stale = 0
 
-    def restride(self, state: T, stride: int) -> None:
+    def restride(self, member: T, stride: int) -> None:
         """Give a scheduled item a new stride, scaling what is left of its current wait to it."""
-        entry = self._entries[state]
+        entry = self._entries[member]
         old = entry[4]
         wait = max(0, entry[0] - self.vt)
-        self.remove(state)
+        self.remove(member)
         seq = self._seq
         self._seq = seq + 1
-        fresh: Entry = [self.vt + wait * stride // old, seq, state, True, stride]
-        self._entries[state] = fresh
+        fresh: Entry = [self.vt + wait * stride // old, seq, member, True, stride]
+        self._entries[member] = fresh
         heapq.heappush(self._heap, fresh)
 
     def head(self) -> Entry:
@@ -459,7 +459,7 @@ class PackedSchedule:
     to compare per node, scattered in memory. Here a node is one int,
     ``deadline << 96 | seq << 32 | slot``, compared in C by ``heapq`` in the same order
     as ``(deadline, seq)`` (``seq`` is unique), so picks are identical, with a quarter
-    of the memory and half the objects touched per level. ``slot`` names the state.
+    of the memory and half the objects touched per level. ``slot`` names the member.
     Removal is lazy: a node whose key is no longer its slot's current key is dead,
     popped when it surfaces; the heap is rebuilt when the dead outnumber the live.
     """
@@ -470,8 +470,8 @@ class PackedSchedule:
         self._heap: list[int] = []
         self._keys: list[int] = []
         """The live key of each slot (-1 for a free slot)."""
-        self._states: list[EndpointState | None] = []
-        self._slot_of: dict[EndpointState, int] = {}
+        self._states: list[Member | None] = []
+        self._slot_of: dict[Member, int] = {}
         self._free: list[int] = []
         self._seq = 0
         self._adds = 0
@@ -482,30 +482,30 @@ class PackedSchedule:
     def __len__(self) -> int:
         return len(self._slot_of)
 
-    def __contains__(self, state: EndpointState) -> bool:
-        return state in self._slot_of
+    def __contains__(self, member: Member) -> bool:
+        return member in self._slot_of
 
-    def add(self, state: EndpointState, stride: int) -> None:
-        """Schedule ``state`` within one stride from now, at the next golden-ratio phase."""
+    def add(self, member: Member, stride: int) -> None:
+        """Schedule ``member`` within one stride from now, at the next golden-ratio phase."""
         seq = self._seq
         self._seq = seq + 1
         adds = self._adds = self._adds + 1
         phase = adds * _GOLDEN32 & 0xFFFFFFFF
         if self._free:
             slot = self._free.pop()
-            self._states[slot] = state
+            self._states[slot] = member
         else:
             slot = len(self._states)
-            self._states.append(state)
+            self._states.append(member)
             self._keys.append(-1)
-        self._slot_of[state] = slot
+        self._slot_of[member] = slot
         key = (self.vt + (stride * phase >> 32)) << _DEADLINE_SHIFT | seq << _SLOT_BITS | slot
         self._keys[slot] = key
         heapq.heappush(self._heap, key)
 
-    def remove(self, state: EndpointState) -> None:
-        """Unschedule ``state`` (its heap node dies in place)."""
-        slot = self._slot_of.pop(state)
+    def remove(self, member: Member) -> None:
+        """Unschedule ``member`` (its heap node dies in place)."""
+        slot = self._slot_of.pop(member)
         self._keys[slot] = -1
         self._states[slot] = None
         self._free.append(slot)
@@ -516,8 +516,8 @@ class PackedSchedule:
             heapq.heapify(self._heap)
             self._stale = 0
 
-    def head(self) -> EndpointState:
-        """The live state with the earliest deadline (the schedule must not be empty)."""
+    def head(self) -> Member:
+        """The live member with the earliest deadline (the schedule must not be empty)."""
         heap = self._heap
         keys = self._keys
         key = heap[0]
@@ -525,9 +525,9 @@ class PackedSchedule:
             heapq.heappop(heap)
             self._stale -= 1
             key = heap[0]
-        state = self._states[key & _SLOT_MASK]
-        assert state is not None  # noqa: S101 - a live key names a held state
-        return state
+        member = self._states[key & _SLOT_MASK]
+        assert member is not None  # noqa: S101 - a live key names a held member
+        return member
 
     def advance(self, stride: int) -> None:
         """Move the head (as returned by :meth:`head`) on by ``stride`` after picking it."""
@@ -542,6 +542,6 @@ class PackedSchedule:
         self._keys[slot] = key
         heapq.heapreplace(heap, key)
 
-    def live_states(self) -> list[EndpointState]:
-        """Every scheduled state (for invariant checks)."""
+    def live_states(self) -> list[Member]:
+        """Every scheduled member (for invariant checks)."""
         return list(self._slot_of)

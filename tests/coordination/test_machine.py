@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import poise_py as poise
 from poise_py._core._circuit import Ticket
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 from tests.support.clocks import FakeClock, endpoints
 
 POLICY = poise.CircuitPolicy(
@@ -49,7 +49,7 @@ class LeaseMachine(RuleBasedStateMachine):
             )
             for i in range(LBS)
         ]
-        self.permits: list[tuple[int, EndpointState, Ticket, int]] = []  # lb, state, ticket, shared version
+        self.permits: list[tuple[int, Member, Ticket, int]] = []  # lb, state, ticket, shared version
 
         async def start() -> None:
             for lb in self.lbs:
@@ -60,7 +60,7 @@ class LeaseMachine(RuleBasedStateMachine):
 
         trio.run(start)
 
-    def _version(self, i: int, state: EndpointState) -> int:
+    def _version(self, i: int, state: Member) -> int:
         coordinator = self.lbs[i]._coordinator
         assert coordinator is not None
         return coordinator.mirrored_version(state)

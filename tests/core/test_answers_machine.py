@@ -19,7 +19,7 @@ import poise_py as poise
 from poise_py import CircuitState, Fault, IneligibleReason
 from poise_py._core._circuit import Ticket
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 
 IDS = ("a", "b", "c")
 
@@ -34,7 +34,7 @@ class AnswersMachine(RuleBasedStateMachine):
             random.Random(3),
         )
         self.pool.apply(self.now, added=[poise.Endpoint(i) for i in IDS])
-        self.flying: list[tuple[EndpointState, Ticket, float]] = []
+        self.flying: list[tuple[Member, Ticket, float]] = []
         self.left: dict[str, int] = {}
         """The requests each endpoint's provider last said are left (while it has some)."""
         self.not_ready: set[str] = set()

@@ -42,7 +42,7 @@ from poise_py._core._fleet_actions import (
 )
 from poise_py._core._listener import NullListener
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 
 _C, _O, _H = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
 
@@ -149,17 +149,17 @@ class Ledger:
 class _ToFleet(NullListener):
     """The pool's reports the fleet core hears, as the balancer's listener passes them on."""
 
-    def __init__(self, member: Member) -> None:
+    def __init__(self, member: FleetMember) -> None:
         self.member = member
 
-    def transition(self, state: EndpointState, transition: Transition) -> None:
+    def transition(self, state: Member, transition: Transition) -> None:
         self.member.core.moved(state, transition)
 
-    def probe_result(self, state: EndpointState) -> None:
+    def probe_result(self, state: Member) -> None:
         self.member.core.probe_result(state)
 
 
-class Member:
+class FleetMember:
     """One balancer's pure side: its pool and its fleet core, wired as the balancer wires them."""
 
     def __init__(self, seed: int, *ids: str, sync_interval: float = SYNC) -> None:
@@ -176,7 +176,7 @@ class Member:
         )
         self.pool.apply(0.0, added=[poise.Endpoint(i) for i in ids or ("a",)])
 
-    def state(self, endpoint_id: str = "a") -> EndpointState:
+    def state(self, endpoint_id: str = "a") -> Member:
         return self.pool.members[endpoint_id]
 
     def run(self, ledger: Ledger, now: float) -> None:
@@ -193,8 +193,8 @@ class Member:
         self.pool.complete(state, ticket, poise.Fault.SUSPECT, now)
 
 
-def started(ledger: Ledger, *ids: str, seed: int = 0, now: float = 0.0, sync_interval: float = SYNC) -> Member:
-    member = Member(seed, *ids, sync_interval=sync_interval)
+def started(ledger: Ledger, *ids: str, seed: int = 0, now: float = 0.0, sync_interval: float = SYNC) -> FleetMember:
+    member = FleetMember(seed, *ids, sync_interval=sync_interval)
     member.core.start(now)
     member.run(ledger, now)
     assert member.core.connected
@@ -202,7 +202,7 @@ def started(ledger: Ledger, *ids: str, seed: int = 0, now: float = 0.0, sync_int
 
 
 def test_the_first_job_reads_every_record_and_leases_every_circuit() -> None:
-    member = Member(0, "a", "b")
+    member = FleetMember(0, "a", "b")
     member.core.start(0.0)
     assert member.core.operation == Read(("a", "b"))
     assert not member.core.connected
@@ -289,7 +289,7 @@ def test_a_circuit_that_tripped_while_the_storage_was_away_is_published_on_recon
 
 
 def test_an_unusable_record_is_reported_once_and_its_circuit_decides_locally() -> None:
-    member = Member(0, "a", "b")
+    member = FleetMember(0, "a", "b")
     member.core.start(0.0)
     member.core.complete(0.0, [SharedState(version=-1, problem="wrong type"), SharedState()])
     assert member.core.events() == [RecordUnusable(at=0.0, endpoint_id="a", problem="wrong type")]
@@ -301,7 +301,7 @@ def test_an_unusable_record_is_reported_once_and_its_circuit_decides_locally() -
     assert member.core.counters.poisoned == 1
 
 
-def half_open_round(ledger: Ledger, *members: Member) -> float:
+def half_open_round(ledger: Ledger, *members: FleetMember) -> float:
     """Trip "a" on the first member, publish, and let the shared deadline pass: returns the time."""
     first = members[0]
     first.trip(1.0)
@@ -411,7 +411,7 @@ def test_a_due_round_the_storage_still_refuses_waits_for_news_instead_of_firing_
 
 def test_no_deadline_is_reported_while_a_job_runs_and_a_due_timer_asks_for_one_job() -> None:
     ledger = Ledger()
-    member = Member(0)
+    member = FleetMember(0)
     assert member.core.next_deadline() is None  # not started
     member.core.start(0.0)
     assert member.core.busy
@@ -442,7 +442,7 @@ def test_a_cancelled_operation_drops_its_job_and_the_next_job_starts_afresh() ->
 
 
 def test_a_reply_that_breaks_the_core_is_a_logged_crash_and_a_fallback() -> None:
-    member = Member(0)
+    member = FleetMember(0)
     member.core.start(0.0)
     member.core.complete(0.0, [])  # one record short: zip(strict=True) raises
     events = member.core.events()
@@ -480,12 +480,12 @@ class FleetMachine(RuleBasedStateMachine):
         super().__init__()
         self.now = 0.0
         self.ledger = Ledger()
-        self.members = [Member(i, "a", "b") for i in range(N)]
+        self.members = [FleetMember(i, "a", "b") for i in range(N)]
         for m in self.members:
             m.core.start(self.now)
             m.run(self.ledger, self.now)  # connected from the start: the rules explore the fleet
         # lb, state, ticket, the shared version its balancer mirrored when it took the permit
-        self.permits: list[tuple[int, EndpointState, Ticket, int]] = []
+        self.permits: list[tuple[int, Member, Ticket, int]] = []
 
     @rule(i=st.integers(0, N - 1))
     def perform_one_operation(self, i: int) -> None:

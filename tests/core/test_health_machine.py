@@ -20,7 +20,7 @@ import poise_py as poise
 from poise_py import AdminStatus, Fault, HealthStatus, IneligibleReason
 from poise_py._core._health_schedule import ProbeResult, ProbeToken
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 from poise_py._health_runner import HealthRunner
 
 IDS = ("a", "b", "c")
@@ -49,7 +49,7 @@ class Model:
 @attrs.define
 class InFlight:
     token: ProbeToken
-    state: EndpointState
+    state: Member
     epoch: int
 
 

@@ -14,7 +14,7 @@ from poise_py._core._concurrency import LoadPolicy
 from poise_py._core._limits import ExpAverage
 from poise_py._core._listener import NullListener
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 from tests.support.routing import EVERY_POLICY
 
 
@@ -23,10 +23,10 @@ class Heard(NullListener):
         self.ramps: list[tuple[str, bool]] = []
         self.limits: list[tuple[str, int]] = []
 
-    def ramp(self, state: EndpointState, *, started: bool) -> None:
+    def ramp(self, state: Member, *, started: bool) -> None:
         self.ramps.append((state.endpoint.id, started))
 
-    def limit_changed(self, state: EndpointState, limit: int, previous: int) -> None:
+    def limit_changed(self, state: Member, limit: int, previous: int) -> None:
         self.limits.append((state.endpoint.id, limit))
 
 

@@ -22,7 +22,7 @@ from poise_py import CircuitState, Fault
 from poise_py._core._circuit import Cause, Ticket, Transition
 from poise_py._core._listener import NullListener
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 
 IDS = ("a", "b", "c", "d")
 WINDOW = 3.0
@@ -32,13 +32,13 @@ class Moves(NullListener):
     """Records every circuit move and ramp the pool reports."""
 
     def __init__(self) -> None:
-        self.moves: list[tuple[EndpointState, Transition]] = []
-        self.ramps: list[EndpointState] = []
+        self.moves: list[tuple[Member, Transition]] = []
+        self.ramps: list[Member] = []
 
-    def transition(self, state: EndpointState, transition: Transition) -> None:
+    def transition(self, state: Member, transition: Transition) -> None:
         self.moves.append((state, transition))
 
-    def ramp(self, state: EndpointState, *, started: bool) -> None:
+    def ramp(self, state: Member, *, started: bool) -> None:
         if started:
             self.ramps.append(state)
 
@@ -55,11 +55,11 @@ class OverloadMachine(RuleBasedStateMachine):
         self.heard = Moves()
         self.pool.listen(self.heard)
         self.pool.apply(self.now, added=[poise.Endpoint(i) for i in IDS])
-        self.flying: list[tuple[EndpointState, Ticket, float]] = []
-        self.ejected_at: dict[EndpointState, tuple[float, int]] = {}
+        self.flying: list[tuple[Member, Ticket, float]] = []
+        self.ejected_at: dict[Member, tuple[float, int]] = {}
         """When each endpoint was last ejected from rotation (CLOSED -> OPEN), and its level before."""
 
-    def _heard(self, by: tuple[EndpointState, Ticket, bool] | None, level_before: dict[EndpointState, int]) -> None:
+    def _heard(self, by: tuple[Member, Ticket, bool] | None, level_before: dict[Member, int]) -> None:
         """Check the moves the last operation reported; ``by``: the call it completed, and whether load-shaped."""
         for state, t in self.heard.moves:
             if t.source is CircuitState.CLOSED and t.target is CircuitState.OPEN:
@@ -80,10 +80,10 @@ class OverloadMachine(RuleBasedStateMachine):
         self.heard.ramps.clear()
 
     @property
-    def recalled(self) -> set[EndpointState]:
+    def recalled(self) -> set[Member]:
         return set(self.pool.load.recalls)
 
-    def _levels(self) -> dict[EndpointState, int]:
+    def _levels(self) -> dict[Member, int]:
         return {s: s.circuit.level for s in self.pool.members.values()}
 
     @rule(seconds=st.sampled_from([0.1, 0.5, 1.0, 2.5, 40.0]))

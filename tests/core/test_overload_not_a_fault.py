@@ -9,7 +9,7 @@ import pytest
 import poise_py as poise
 from poise_py._core._concurrency import LoadPolicy
 from poise_py._core._pool import Pool
-from poise_py._core._record import FAULT_INDEX, EndpointState
+from poise_py._core._record import FAULT_INDEX, Member
 
 S = poise.Fault.SUSPECT
 
@@ -33,7 +33,7 @@ def fail_on(pool: Pool, endpoint_id: str, now: float, *, overload: bool, retry_a
     raise AssertionError(f"{endpoint_id} was never picked")
 
 
-def state_of(pool: Pool, endpoint_id: str) -> EndpointState:
+def state_of(pool: Pool, endpoint_id: str) -> Member:
     return pool.members[endpoint_id]
 
 

@@ -17,7 +17,7 @@ import poise_py as poise
 from poise_py import CapacityOverflow, ConfigError
 from poise_py._core._circuit import Ticket
 from poise_py._core._pool import Pool
-from poise_py._core._record import UNMEASURED, EndpointState
+from poise_py._core._record import UNMEASURED, Member
 from poise_py._core._weights import STRIDE_SCALE, PackedSchedule, Schedule, WeightBuckets, WeightClasses
 from tests.support.circuits import record_of
 from tests.support.clocks import FakeClock
@@ -147,7 +147,7 @@ def simulate(policy: poise.Policy, *, slow: str, calls: int = 4000) -> dict[str,
     now = 0.0
     pool = Pool(poise.CircuitPolicy(), policy, random.Random(5))
     pool.apply(0.0, added=[poise.Endpoint(i) for i in ("a", "b", "c", "d")])
-    finishing: list[tuple[float, int, EndpointState, Ticket, float]] = []
+    finishing: list[tuple[float, int, Member, Ticket, float]] = []
     counts = dict.fromkeys(pool.members, 0)
     for n in range(calls):
         arrival = n * 0.002
@@ -326,7 +326,7 @@ def test_weight_buckets_hold_what_was_added_and_draw_only_held_states(
     ops: list[tuple[bool, int]], rnd: random.Random
 ) -> None:
     buckets = WeightBuckets()
-    held: dict[EndpointState, int] = {}
+    held: dict[Member, int] = {}
     for n, (grow, w) in enumerate(ops):
         if grow or not held:
             state = record_of(poise.Endpoint(f"e{n}", weight=w))
@@ -362,7 +362,7 @@ def test_weights_added_and_removed_many_at_once_are_held_as_one_at_a_time(
     # removing them one by one would.
     buckets = WeightBuckets()
     classes = WeightClasses()
-    held: dict[EndpointState, int] = {}
+    held: dict[Member, int] = {}
     n = 0
     for grow, weights in batches:
         if grow or not held:
@@ -394,8 +394,8 @@ def test_weights_added_and_removed_many_at_once_are_held_as_one_at_a_time(
 @settings(max_examples=50, deadline=None)
 def test_the_packed_schedule_picks_exactly_as_the_list_schedule(ops: list[tuple[int, int]]) -> None:
     packed = PackedSchedule()
-    plain: Schedule[EndpointState] = Schedule()
-    held: list[EndpointState] = []
+    plain: Schedule[Member] = Schedule()
+    held: list[Member] = []
     for n, (op, w) in enumerate(ops):
         stride = STRIDE_SCALE // w
         if op == 0 or not held:

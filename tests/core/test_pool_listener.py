@@ -8,7 +8,7 @@ import poise_py as poise
 from poise_py._core._circuit import Transition
 from poise_py._core._listener import NullListener, PoolListener
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 
 
 class Recorder(NullListener):
@@ -17,16 +17,16 @@ class Recorder(NullListener):
     def __init__(self) -> None:
         self.heard: list[tuple[object, ...]] = []
 
-    def transition(self, state: EndpointState, transition: Transition) -> None:
+    def transition(self, state: Member, transition: Transition) -> None:
         self.heard.append(("transition", state.endpoint.id, transition.target))
 
-    def idle(self, state: EndpointState) -> None:
+    def idle(self, state: Member) -> None:
         self.heard.append(("idle", state.endpoint.id))
 
-    def degraded(self, state: EndpointState, degraded: bool) -> None:
+    def degraded(self, state: Member, degraded: bool) -> None:
         self.heard.append(("degraded", state.endpoint.id, degraded))
 
-    def left(self, states: list[EndpointState]) -> None:
+    def left(self, states: list[Member]) -> None:
         self.heard.extend(("left", state.endpoint.id) for state in states)
 
     def armed(self) -> None:

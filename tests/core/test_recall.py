@@ -10,14 +10,14 @@ import poise_py as poise
 from poise_py._core._circuit import Circuit, Ticket, Transition
 from poise_py._core._concurrency import LoadPolicy
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 from tests.core.test_overload_not_a_fault import fail_on, pool_of
 
 OPEN, HALF_OPEN, CLOSED = poise.CircuitState.OPEN, poise.CircuitState.HALF_OPEN, poise.CircuitState.CLOSED
 S = poise.Fault.SUSPECT
 
 
-def state_of(pool: Pool, endpoint_id: str) -> EndpointState:
+def state_of(pool: Pool, endpoint_id: str) -> Member:
     return pool.members[endpoint_id]
 
 
@@ -68,7 +68,7 @@ def test_the_restore_is_a_move_to_closed_with_its_own_cause() -> None:
     epoch = state.circuit.epoch
     original = pool.listener.transition
 
-    def transition(moved: EndpointState, t: Transition) -> None:
+    def transition(moved: Member, t: Transition) -> None:
         moves.append((moved.endpoint.id, t.cause, t.target))
         original(moved, t)
 

@@ -29,7 +29,7 @@ from poise_py._core._pickers import (
     WeightedRoundRobinPicker,
 )
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 from poise_py._core._routing import TRAFFIC_UNITS, DegradedScope, PanicScope, Scope, distribute, health
 
 IDS = [f"e{i}" for i in range(10)]
@@ -41,7 +41,7 @@ ADMIN_REFUSAL = {
 }
 
 
-def gate(state: EndpointState) -> IneligibleReason | None:
+def gate(state: Member) -> IneligibleReason | None:
     """Readiness first; then active health under AUTO, or the operator's status otherwise."""
     if state.readiness is not None:
         return state.readiness
@@ -74,8 +74,8 @@ class RoutingMachine(RuleBasedStateMachine):
         super().__init__()
         self.now = 0.0
         self.pool: Pool | None = None
-        self.held: list[tuple[EndpointState, Ticket]] = []
-        self.gone: list[EndpointState] = []
+        self.held: list[tuple[Member, Ticket]] = []
+        self.gone: list[Member] = []
 
     def clock(self) -> float:
         return self.now
@@ -246,7 +246,7 @@ class RoutingMachine(RuleBasedStateMachine):
         router = pool.router
         members = list(pool.members.values())
         zone = pool.routing.local_zone
-        homed: dict[Scope, list[EndpointState]] = collections.defaultdict(list)
+        homed: dict[Scope, list[Member]] = collections.defaultdict(list)
         for s in members:
             tier = router.tiers[s.endpoint.tier]
             want = tier.local if tier.remote is None or s.endpoint.zone == zone else tier.remote
@@ -296,7 +296,7 @@ class RoutingMachine(RuleBasedStateMachine):
         self,
         scope: Scope,
         expected: set[int],
-        mine: list[EndpointState],
+        mine: list[Member],
         *,
         panic_pos: bool = False,
         degraded_pos: bool = False,
@@ -305,7 +305,7 @@ class RoutingMachine(RuleBasedStateMachine):
         assert {id(s) for s in candidates} == expected
         assert len(candidates) == len(expected)
 
-        def position(s: EndpointState) -> int:
+        def position(s: Member) -> int:
             return s.panic_pos if panic_pos else s.degraded_pos if degraded_pos else s.pos
 
         for i, s in enumerate(candidates):

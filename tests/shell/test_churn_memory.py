@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 import poise_py as poise
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 from tests.support.clocks import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -25,9 +25,9 @@ PREFIX = "churn-"
 
 
 def retained_states() -> int:
-    """This test's EndpointState objects still alive, wherever referenced (not a memory figure)."""
+    """This test's Member objects still alive, wherever referenced (not a memory figure)."""
     gc.collect()
-    return sum(1 for o in gc.get_objects() if type(o) is EndpointState and o.endpoint.id.startswith(PREFIX))
+    return sum(1 for o in gc.get_objects() if type(o) is Member and o.endpoint.id.startswith(PREFIX))
 
 
 async def test_a_million_acquires_over_a_thousand_revisions_of_churn_retain_a_bounded_number_of_states(

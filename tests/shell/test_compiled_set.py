@@ -4,7 +4,7 @@ The rule (pyproject.toml's mypyc section, docs/architecture.md): the pure core i
 and so are the shell's modules every call runs through; a core module stays interpreted
 when it defines a public attrs class (configuration a user builds, or a value the public
 API hands out: compiled code would check and convert a field's type before the class's own
-check names it), and the three named below for their own reasons. A new module that breaks
+check names it), and the four named below for their own reasons. A new module that breaks
 the rule fails here until the lists or the rule change.
 """
 

@@ -27,7 +27,7 @@ from poise_py._core._circuit import Ticket
 from poise_py._core._directory import MAX_REVISION
 from poise_py._core._listener import NullListener
 from poise_py._core._pool import Pool
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 from poise_py._membership import Membership
 
 UNIVERSE = ("a", "b", "c", "d", "e")
@@ -49,7 +49,7 @@ class _IdleListener(NullListener):
 
     membership: Membership | None = None
 
-    def idle(self, state: EndpointState) -> None:
+    def idle(self, state: Member) -> None:
         assert self.membership is not None
         self.membership.idle(state)
 
@@ -64,7 +64,7 @@ class MembershipMachine(RuleBasedStateMachine):
         self.built: list[Resource] = []
         self.model: dict[str, poise.Endpoint] = {}
         self.revision: int | None = None
-        self.permits: list[tuple[EndpointState, Ticket]] = []
+        self.permits: list[tuple[Member, Ticket]] = []
         self.now = 0.0
 
     # -- the factory and its close ----------------------------------------------------

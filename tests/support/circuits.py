@@ -7,7 +7,7 @@ import random
 import poise_py as poise
 from poise_py import CircuitState, Fault
 from poise_py._core._circuit import Circuit, Ticket
-from poise_py._core._record import EndpointState
+from poise_py._core._record import Member
 
 NOW = 100.0
 
@@ -21,9 +21,9 @@ def make(**knobs: object) -> Circuit:
     return Circuit(policy_of(**knobs), random.Random(0).random, NOW)
 
 
-def record_of(endpoint: poise.Endpoint, **knobs: object) -> EndpointState:
+def record_of(endpoint: poise.Endpoint, **knobs: object) -> Member:
     """A pool's record for ``endpoint`` (its circuit's tally; ``.circuit`` is the circuit), at ``NOW``."""
-    return EndpointState(endpoint, policy_of(**knobs), random.Random(0).random, NOW)
+    return Member(endpoint, policy_of(**knobs), random.Random(0).random, NOW)
 
 
 def ticket_of(c: Circuit, now: float = NOW) -> Ticket:
