@@ -10,9 +10,9 @@ backwards and the number of series stays bounded by the live pool.
 
 Events come from cold paths only: a circuit move (the listener's ``transition`` calls
 :meth:`Telemetry.on_transition`), a discovery update, a failed selection, and whatever
-routing, health and coordination code hands to :meth:`Telemetry.emit`. ``emit`` counts the event, logs it through a per-key
-rate limit, appends it to every subscriber's bounded buffer (dropping the oldest, never
-blocking) and calls the observers synchronously.
+routing, health and coordination code hands to :meth:`Telemetry.emit`. ``emit`` counts
+the event, logs it through a per-key rate limit, appends it to every subscriber's bounded
+buffer (dropping the oldest, never blocking) and calls the observers synchronously.
 
 The "no eligible endpoints" alert is an episode decided by the pure
 :class:`~poise_py._core._alert.NoEligibleAlert`; :class:`Telemetry` feeds it the failed
