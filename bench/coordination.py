@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import coredis
 
 import poise_py as poise
+from bench._acquire import acquire_loop
 from bench._timing import cost_per_round, interleaved, median_cost
 from poise_py._coordination._lua import PRELUDE, SCRIPTS
 from tests.support.clocks import FakeClock
@@ -54,13 +55,6 @@ BACKOFF = poise.Escalation(base=30.0, maximum=300.0)
 
 def endpoints(n: int) -> poise.StaticDiscovery:
     return poise.StaticDiscovery([poise.Endpoint(f"e{i}") for i in range(n)])
-
-
-async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
-    acquire = lb.acquire
-    for _ in range(n):
-        async with acquire():
-            pass
 
 
 # -- 1. the hot path ---------------------------------------------------------------------

@@ -26,14 +26,8 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
+from bench._acquire import acquire_loop, make_lb
 from bench._timing import cost_per_round, interleaved, median_cost
-
-
-async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
-    acquire = lb.acquire
-    for _ in range(n):
-        async with acquire():
-            pass
 
 
 async def passing(endpoint: poise.Endpoint) -> None:
@@ -45,21 +39,16 @@ async def failing_e0(endpoint: poise.Endpoint) -> None:
         raise ConnectionRefusedError("e0 is down")
 
 
-def make_lb(size: int, check: poise.HealthCheck | None) -> poise.LoadBalancer:
-    eps = [poise.Endpoint(f"e{i}", address=("127.0.0.1", 10000 + i)) for i in range(size)]
-    return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=poise.RoundRobin(), health_check=check, seed=1)
-
-
 async def main(iterations: int, rounds: int) -> None:
     size = 10
     # Long intervals: no probe runs while the loop is timed, as in production between probes.
     quiet: dict[str, Any] = {"interval": 3600.0, "unhealthy_interval": 1.0, "timeout": 1.0, "jitter": 0.0}
     rows = [
-        ("no health check", make_lb(size, None), None),
-        ("health check, all passing", make_lb(size, poise.HealthCheck(probe=passing, **quiet)), None),
+        ("no health check", make_lb(size), None),
+        ("health check, all passing", make_lb(size, health_check=poise.HealthCheck(probe=passing, **quiet)), None),
         (
             "e0 unhealthy, e1 draining",
-            make_lb(size, poise.HealthCheck(probe=failing_e0, unhealthy_threshold=1, **quiet)),
+            make_lb(size, health_check=poise.HealthCheck(probe=failing_e0, unhealthy_threshold=1, **quiet)),
             "e1",
         ),
     ]

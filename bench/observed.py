@@ -27,21 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-import poise_py as poise
+from bench._acquire import acquire_loop, make_lb
 from bench._timing import cost_per_round, interleaved, median_cost
 from poise_py.contrib.otel import instrument
-
-
-def make_lb() -> poise.LoadBalancer:
-    eps = [poise.Endpoint(f"e{i}", address=("127.0.0.1", 10000 + i)) for i in range(10)]
-    return poise.LoadBalancer(poise.StaticDiscovery(eps), policy=poise.RoundRobin(), seed=1)
-
-
-async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
-    acquire = lb.acquire
-    for _ in range(n):
-        async with acquire():
-            pass
 
 
 async def main(iterations: int, rounds: int) -> None:

@@ -175,7 +175,9 @@ _WANTED = _wanted()
 
 
 def _quota(found: dict[str, str], wall: float) -> Quota | None:
-    retry_after = _first(_milliseconds(found.get("retry-after-ms")), _retry_after(found.get("retry-after"), wall))
+    retry_after = _first(
+        _milliseconds(found.get("retry-after-ms")), retry_after_seconds(found.get("retry-after"), wall)
+    )
     openai = {family: _openai(found, family) for family in ("requests", "tokens")}
     anthropic = [_anthropic(found, family, wall) for family in _FAMILIES]
     ietf = _ietf(found)
@@ -347,22 +349,42 @@ def _timestamp(text: str | None, wall: float) -> float | None:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return max(0.0, moment.timestamp() - wall)
+    return _until(moment, wall)
 
 
-def _retry_after(text: str | None, wall: float) -> float | None:
-    """``Retry-After``: delay seconds, or an HTTP date (seconds from ``wall``, 0 if passed)."""
+def retry_after_seconds(text: str | None, now: datetime | float, *, lenient: bool = False) -> float | None:
+    """``Retry-After``: delay seconds, or an HTTP date (seconds from ``now``, 0 if passed); None if neither.
+
+    The one reader of the header, for the quota and for :func:`poise_py.classify.parse_retry_after`.
+    ``now`` is an aware datetime or a Unix time. Delay seconds are a plain decimal number;
+    ``lenient`` takes any finite number ``float()`` reads instead (``"1e3"``; a negative one
+    is 0), as ``parse_retry_after`` always has.
+    """
     if text is None:
         return None
-    seconds = _plain_seconds(text)
+    text = text.strip()
+    seconds = _finite(text) if lenient else _plain_seconds(text)
     if seconds is not None:
-        return seconds
+        return max(0.0, seconds)
     try:
         moment = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
+    return _until(moment, now)
+
+
+def _finite(text: str) -> float | None:
+    """Any finite number ``float()`` reads from ``text`` (a sign, an exponent), or None."""
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _until(moment: datetime, now: datetime | float) -> float:
+    """Seconds from ``now`` (a datetime or a Unix time) to ``moment``, 0 if passed; a zone-less moment is UTC."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return max(0.0, moment.timestamp() - wall)
+    seconds = (moment - now).total_seconds() if isinstance(now, datetime) else moment.timestamp() - now
+    return max(0.0, seconds)

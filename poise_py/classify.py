@@ -17,7 +17,6 @@ Neither preset imports grpc or httpx: they read what those libraries' exceptions
 
 from __future__ import annotations
 
-import email.utils
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ from datetime import UTC, datetime
 from ._default_classifier import Classifier, default_classifier
 from ._errors import ConfigError
 from ._faults import Classification, Fault
-from ._quota import quota_from_headers
+from ._quota import quota_from_headers, retry_after_seconds
 
 _LOAD_FAULTS = (Fault.SUSPECT, Fault.TRANSIENT)
 """Only a strike or a skip can be load-shaped; an override to FATAL, PERMANENT or CALLER is meant."""
@@ -175,24 +174,7 @@ def _pushback(exc: BaseException) -> float | None:
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
     """Seconds from an HTTP ``Retry-After`` value (delta-seconds or an HTTP-date), or None."""
-    if value is None:
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    if math.isnan(seconds) or math.isinf(seconds):
-        return None
-    return max(0.0, seconds)
+    return retry_after_seconds(value, now or datetime.now(UTC), lenient=True)
 
 
 def http_status(

@@ -64,34 +64,32 @@ def _demo(args: argparse.Namespace) -> int:
     )
 
 
-def _requests(text: str) -> int:
+def _int_argument(text: str, lowest: int, highest: int | None, *, unreadable: str, out_of_range: str) -> int:
+    """``text`` as an int in ``lowest..highest`` (None: no upper bound), for an argparse ``type=``.
+
+    Raises:
+        argparse.ArgumentTypeError: ``"{unreadable}: 'text'"`` for no int, ``"{out_of_range}, got N"``
+            for one out of range.
+    """
     try:
-        count = int(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of requests: {text!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"at least 1 request, got {count}")
-    return count
+        raise argparse.ArgumentTypeError(f"{unreadable}: {text!r}") from None
+    if value < lowest or (highest is not None and value > highest):
+        raise argparse.ArgumentTypeError(f"{out_of_range}, got {value}")
+    return value
+
+
+def _requests(text: str) -> int:
+    return _int_argument(text, 1, None, unreadable="not a number of requests", out_of_range="at least 1 request")
 
 
 def _jobs(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of processes: {text!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"at least 1 process, got {count}")
-    return count
+    return _int_argument(text, 1, None, unreadable="not a number of processes", out_of_range="at least 1 process")
 
 
 def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {port}")
-    return port
+    return _int_argument(text, 0, 65535, unreadable="not a port number", out_of_range="a port is 0..65535")
 
 
 def version_line() -> str:

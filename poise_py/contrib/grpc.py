@@ -61,6 +61,7 @@ from .. import (
 )
 from .. import classify as _classify
 from .._internal import check_attempts, check_duration, classifier_problem, hedged
+from ._outcome import report_verdict
 
 __all__ = ["AsyncioOnlyError", "BalancedChannel", "ChannelFactory", "GrpcEndpoint", "endpoint_target"]
 
@@ -262,15 +263,6 @@ def _check_hedge(hedge: object) -> tuple[Hedge | None, dict[str, Hedge]]:
     return None, dict(hedge)
 
 
-def _report(permit: Permit, verdict: Fault | Classification) -> Fault:
-    """Report ``verdict`` on ``permit``; the fault recorded."""
-    if isinstance(verdict, Classification):
-        permit.fail(verdict.fault, retry_after=verdict.retry_after, overload=verdict.overload)
-        return verdict.fault
-    permit.fail(verdict)
-    return verdict
-
-
 class BalancedChannel:
     """A ``grpc.aio.Channel`` look-alike whose every call goes through ``lb``.
 
@@ -416,7 +408,7 @@ class BalancedChannel:
             verdict = Fault.SUSPECT
         if not isinstance(verdict, Fault | Classification):
             verdict = Fault.SUSPECT
-        return _report(permit, verdict)
+        return report_verdict(permit, verdict)
 
 
 class _BalancedCallable:
@@ -482,17 +474,16 @@ class UnaryUnary(_BalancedCallable):
         if wait is not None and isinstance(timeout, int | float):
             wait = max(0.0, min(wait, timeout))  # the call's deadline includes its wait
         tries = internals.attempts(attempts, key=key, classify=channel._classifier, timeout=timeout, wait=wait)
+
+        async def once(attempt: Any) -> Any:  # attempt: the driver's AttemptScope
+            permit = _checked(attempt.permit)
+            return await _answer(self._stub(permit)(request, timeout=tries.time_left(), **kwargs), permit)
+
         if hedge is not None:
-
-            async def once(attempt: Any) -> Any:  # attempt: the driver's AttemptScope
-                permit = _checked(attempt.permit)
-                return await _answer(self._stub(permit)(request, timeout=tries.time_left(), **kwargs), permit)
-
             return await hedged(tries, internals.hedging(hedge, self._method), once, now=internals.now)
         async for attempt in tries:
             async with attempt:
-                permit = _checked(attempt.permit)
-                return await _answer(self._stub(permit)(request, timeout=tries.time_left(), **kwargs), permit)
+                return await once(attempt)
         return tries.outcome()  # nowhere else to go: raises the last real error
 
 

@@ -58,7 +58,6 @@ except ImportError:
     raise ModuleNotFoundError(missing_extra("poise_py.contrib.httpx", "httpx"), name="httpx") from None
 
 from .. import (
-    Classification,
     Classifier,
     ConfigError,
     Endpoint,
@@ -71,6 +70,7 @@ from .. import (
 )
 from .. import classify as _classify
 from .._internal import check_attempts, check_duration, classifier_problem, hedged
+from ._outcome import report_verdict
 
 __all__ = ["ALLOW_HTTP_DOWNGRADE", "IDEMPOTENT_METHODS", "PoiseTransport", "balanced_client", "endpoint_url"]
 
@@ -349,12 +349,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
                     raise exc.error from None
                 verdict = _classify.http_status(response.status_code, response.headers, gateway=self._gateway)
                 if verdict is None:
-                    return httpx.Response(
-                        status_code=response.status_code,
-                        headers=response.headers,
-                        stream=_PermitStream(response.stream, attempt.detach(), self),
-                        extensions=response.extensions,
-                    )
+                    return self._holding(response, attempt.detach())
                 if not attempt.failed(verdict, result=response):
                     return response
         last: httpx.Response = tries.outcome()  # no endpoint left to retry on: the last response or error
@@ -379,12 +374,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
                 return None
             verdict = _classify.http_status(response.status_code, response.headers, gateway=self._gateway)
             if verdict is None:
-                response = httpx.Response(
-                    status_code=response.status_code,
-                    headers=response.headers,
-                    stream=_PermitStream(response.stream, attempt.detach(), self),
-                    extensions=response.extensions,
-                )
+                response = self._holding(response, attempt.detach())
                 received.append(response)
                 return response
             received.append(response)
@@ -442,13 +432,22 @@ class PoiseTransport(httpx.AsyncBaseTransport):
             permit.report_quota(quota)
         return response
 
+    def _holding(self, response: httpx.Response, permit: Permit) -> httpx.Response:
+        """``response`` with a body that holds ``permit`` until it is read or closed (a success's)."""
+        return httpx.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=_PermitStream(response.stream, permit, self),
+            extensions=response.extensions,
+        )
+
     def _fail(self, permit: Permit, exc: Exception) -> Fault:
         """Report an error while the body streams; returns the fault recorded."""
         try:
             verdict = self._classifier(exc)
         except Exception:  # noqa: BLE001 - a broken classifier must not lose the outcome
             verdict = Fault.SUSPECT
-        return _report(permit, verdict)
+        return report_verdict(permit, verdict)
 
     async def aclose(self) -> None:
         """Close the inner transport."""
@@ -481,15 +480,6 @@ class _Unusable(Exception):  # noqa: N818 - internal marker, never seen by calle
 async def _close(response: httpx.Response) -> None:
     """A failed response another attempt replaces: release its connection."""
     await response.aclose()
-
-
-def _report(permit: Permit, verdict: Fault | Classification) -> Fault:
-    """Report ``verdict`` on ``permit``; the fault recorded."""
-    if isinstance(verdict, Classification):
-        permit.fail(verdict.fault, retry_after=verdict.retry_after, overload=verdict.overload)
-        return verdict.fault
-    permit.fail(verdict)
-    return verdict
 
 
 class _PermitStream(httpx.AsyncByteStream):
