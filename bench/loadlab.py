@@ -3,8 +3,9 @@
 Run: ``python bench/loadlab.py [scenario] [--duration S] [--configs a,b] [--seed N] [--json]
 [--compare]`` (default: ``heterogeneous-pool``, 15 s of traffic for each of the five
 configurations, about a minute and a half in all; ``--configs`` takes names separated by
-commas, "round robin, default circuit" included; ``--compare`` also runs the simulator on
-the same traffic and prints its figures under the lab's).
+commas, "round robin, default circuit" included, and ``circuit`` names every policy three
+ways: with the default circuit, with one that never ejects, reporting nothing; ``--compare``
+also runs the simulator on the same traffic and prints its figures under the lab's).
 
 The simulator (``poise_py.sim``) models an endpoint with a capacity as a station: it serves
 at most ``capacity`` calls at once, the rest wait in a FIFO queue (past ``max_queue`` it
@@ -137,6 +138,41 @@ class LabConfiguration:
     """More ``PoiseTransport`` keyword arguments (``hedge=``)."""
 
 
+def _never_ejects() -> poise.CircuitPolicy:
+    """A circuit that never trips but still hears every outcome: "no circuit", like for like."""
+    return poise.CircuitPolicy(consecutive_failures=1_000_000, consecutive_transient_failures=1_000_000)
+
+
+EVERY_POLICY: dict[str, Callable[[], poise.Policy]] = {
+    "round robin": poise.RoundRobin,
+    "random": poise.Random,
+    "weighted random": poise.WeightedRandom,
+    "weighted round robin": poise.WeightedRoundRobin,
+    "power of two choices": poise.PowerOfTwoChoices,
+    "peak ewma": poise.PeakEwma,
+    "consistent hash": poise.ConsistentHash,
+}
+"""Every selection policy, for the circuit's like-for-like family (``--configs circuit``)."""
+
+
+def _circuit_family() -> list[LabConfiguration]:
+    """Each policy with the default circuit, with one that never ejects, and reporting nothing.
+
+    Issue 36's claim on real backends: on ``heterogeneous-pool`` and at twice the capacity
+    (``overload``), every policy with the default circuit serves at least as many calls
+    as the same policy with no circuit (reporting nothing, as the simulator's
+    ``Reporting.NONE``, or hearing everything but never ejecting).
+    """
+    family = []
+    for name, policy in EVERY_POLICY.items():
+        family += [
+            LabConfiguration(name=f"{name}: default circuit", policy=policy, health=True),
+            LabConfiguration(name=f"{name}: never ejects", policy=policy, health=True, circuit=_never_ejects),
+            LabConfiguration(name=f"{name}: reporting nothing", policy=policy, health=False),
+        ]
+    return family
+
+
 CONFIGURATIONS: dict[str, LabConfiguration] = {
     c.name: c
     for c in (
@@ -153,14 +189,7 @@ CONFIGURATIONS: dict[str, LabConfiguration] = {
         ),
         LabConfiguration(name="poise_py, PeakEwma", policy=poise.PeakEwma, health=True),
         LabConfiguration(name="random, default circuit", policy=poise.Random, health=True),
-        LabConfiguration(
-            name="random, never ejects",
-            policy=poise.Random,
-            health=True,
-            circuit=lambda: poise.CircuitPolicy(
-                consecutive_failures=1_000_000, consecutive_transient_failures=1_000_000
-            ),
-        ),
+        LabConfiguration(name="random, never ejects", policy=poise.Random, health=True, circuit=_never_ejects),
         LabConfiguration(
             name="poise_py, max_in_flight 8",
             policy=poise.PowerOfTwoChoices,
@@ -192,13 +221,18 @@ CONFIGURATIONS: dict[str, LabConfiguration] = {
             policy=lambda: poise.WeightedByLoad(blackout_period=0.5),
             health=True,
         ),
+        *_circuit_family(),
     )
 }
 """The lab's configurations; each runs with its ``circuit`` (default ``poise.CircuitPolicy()``) and
 the scenario's classifier. The first five run by default; the next two are overload-503's own, the next two overload's,
-then stragglers' and gray-failure's, then heterogeneous-pool's (as their scenario files configure them)."""
+then stragglers' and gray-failure's, then heterogeneous-pool's (as their scenario files configure them); last,
+every policy with the default circuit, with one that never ejects and reporting nothing (``--configs circuit``)."""
 
 DEFAULT_CONFIGURATIONS = tuple(CONFIGURATIONS)[:5]
+
+CIRCUIT_FAMILY = "circuit"
+"""``--configs circuit``: every policy three ways (:func:`_circuit_family`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -578,6 +612,10 @@ def parse_names(text: str) -> list[str]:
     i = 0
     while i < len(parts):
         if not parts[i]:
+            i += 1
+            continue
+        if parts[i] == CIRCUIT_FAMILY:
+            names += [c.name for c in _circuit_family()]
             i += 1
             continue
         for j in range(len(parts), i, -1):  # the longest known name starting here

@@ -24,7 +24,9 @@ import itertools
 
 import attrs
 
-from bench.loadlab import LabResult, run_lab
+import poise_py as poise
+from bench.loadlab import CONFIGURATIONS as LAB_CONFIGURATIONS
+from bench.loadlab import EVERY_POLICY, LabResult, parse_names, run_lab
 from poise_py import sim
 
 DURATION = 4.0
@@ -123,3 +125,21 @@ def test_the_labs_extra_load_counts_retries_as_the_simulators_does() -> None:
         achieved_rps=10.0,
     )
     assert shed.extra_load == 0.1  # (7 - 6) / 10; attempts per request - 1 read -0.3
+
+
+def test_configs_circuit_names_every_policy_with_and_without_the_circuit() -> None:
+    names = parse_names("poise_py default,circuit")
+    assert names[0] == "poise_py default"
+    family = names[1:]
+    assert len(family) == 3 * len(EVERY_POLICY) == len(set(family))
+    for policy in EVERY_POLICY:
+        default, never, nothing = (
+            LAB_CONFIGURATIONS[f"{policy}: {way}"] for way in ("default circuit", "never ejects", "reporting nothing")
+        )
+        assert {default.name, never.name, nothing.name} <= set(family)
+        assert default.health
+        assert never.health
+        assert not nothing.health
+        assert default.circuit() == poise.CircuitPolicy()
+        assert never.circuit().consecutive_failures == never.circuit().consecutive_transient_failures == 1_000_000
+        assert type(default.policy()) is type(never.policy()) is type(nothing.policy())
