@@ -4,6 +4,35 @@
 counters and its routing positions;
 :func:`gate`, :func:`refusal` and :func:`no_eligible` say why an endpoint may not take a
 permit, for the pool's eligibility and for the error a failed selection raises.
+
+The record's layout
+-------------------
+Every call reads and writes one record, so the record is laid out for a call, and this is
+the one place that says how (``docs/performance.md``, scaling; ``tests/shell/test_build.py``
+holds the sizes):
+
+- **One object per call.** A :class:`Member` *is* its circuit's
+  :class:`~poise_py._core._tally.Tally` (a subclass): a call reads and writes the
+  circuit's counts, the fast path's gate and the pool's counters in one allocation and
+  never touches the :class:`~poise_py._core._circuit.Circuit` (``member.circuit``, the
+  state machine, reached only when something moves). Composition would put a second
+  object, a second cache line, on every call.
+- **Hot fields first.** In both builds a subclass's fields come after all of its base's,
+  so the pool's per-call counters (``inflight``, ``successes_low``, ``is_candidate``,
+  ``pos``, ``loads``) are declared on the tally, beside the circuit's hot fields, not on the
+  record. The compiled build lays fields out in the order their types are declared: first
+  what a CLOSED call reads and writes, then what only some pools read (the load slot), then
+  what only a configured circuit reads (``slow_limit``, ``window``), then the cold parts of
+  the counts; a CLOSED call's fields end before byte 64, one cache line. The interpreted
+  build lays them out in ``__slots__`` order (sorted), the tally's first.
+- **Small values where they are hot.** The success count a call writes is its low byte
+  (``successes_low``, a ``u8``, carried into ``successes_high`` one call in 256): compiled,
+  it shares one word with the four flags; interpreted, it stays a cached small int, where
+  a count above 256 would be a new object at every success. On the record, the three flags
+  come first (the word of the attribute bitmap mypyc puts ahead of a subclass's fields)
+  and the two scheduling positions share a word (``i32``): the compiled record takes 256
+  bytes with its garbage collector's header (``sys.getsizeof``), so the allocator's
+  256-byte blocks start every record at a cache line.
 """
 
 from __future__ import annotations
@@ -137,11 +166,7 @@ class Member(Tally):
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
-    # The hot path's fields are the tally's (first in the object, in both builds). Compiled,
-    # the three flags come first, in the word of the attribute bitmap mypyc puts ahead of a
-    # subclass's fields, and the two positions share a word (``i32``): the record is 240
-    # bytes, so the allocator's 256-byte blocks start every record at a cache line
-    # (docs/performance.md, scaling).
+    # Their order is the layout the module docstring describes ("The record's layout").
     was_ejected: bool
     was_degraded: bool
     counted: bool

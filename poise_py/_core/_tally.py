@@ -9,15 +9,11 @@ and writes those at every move; the tally only counts. Beside them it holds the 
 the pool keeps for every call (in flight, successes, whether the endpoint is live and a
 candidate of its scope, its load slot).
 
-It is its own object so that the pool's endpoint record can *be* its circuit's tally (a
-subclass, ``_record.py``): a call then touches the record alone, its tally first, and
-never the circuit, whose state machine stays in a separate, cold object
-(``docs/performance.md``, scaling). The pool's counters are declared here, not in the
-record, because a subclass's fields come after all of its base's: here they sit among the
-circuit's hot fields, before the cold ones, and (compiled) a CLOSED call's fields lie in
-the object's first 64 bytes, one cache line. A circuit built on its own (the circuit's
-tests, the fleet's state machine tests) makes a plain tally, whose pool counters stay
-unused.
+It is its own class so that the pool's record of an endpoint (:class:`~poise_py._core._record.Member`)
+can *be* its circuit's tally, a subclass: why, and the order the fields are declared in
+for it, are written once, in ``_record.py``'s docstring ("The record's layout"). A
+circuit built on its own (the circuit's tests, the fleet's state machine tests) makes a
+plain tally, whose pool counters stay unused.
 """
 
 from __future__ import annotations
@@ -86,11 +82,7 @@ class Tally:
     """
 
     # Declared types (for type checkers and the public type surface); values are set in __init__.
-    # The compiled build lays fields out in this order, first in the object (a subclass's come
-    # after): what a CLOSED call reads and writes, then what only some pools read (the load
-    # slot), then what only a configured circuit reads, then the cold parts of the counts.
-    # The success count's low byte and the four flags are declared together so that they
-    # share one word: compiled, a CLOSED call's fields end before byte 64, one cache line.
+    # Their order is the record's layout: see "The record's layout" in _record.py.
     fast_ticket: Ticket | None
     runs: int
     volume_room: int
