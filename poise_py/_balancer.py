@@ -30,16 +30,16 @@ from ._coordination._config import Coordination, CoordinationStatistics
 from ._coordination._coordinator import Coordinator
 from ._core._budget import Budget, RetryBudget
 from ._core._circuit_policy import CircuitPolicy
-from ._core._concurrency import AdaptiveConcurrency, LoadPolicy, SlowStart
+from ._core._concurrency import AdaptiveConcurrency, SlowStart
 from ._core._health_schedule import HealthCheck
 from ._core._pool import Pool
 from ._core._record import Member
 from ._core._routing import Panic, Routing
-from ._core._selection import Policy, PowerOfTwoChoices
+from ._core._selection import Policy
 from ._core._tails import Hedge, RetryBackoff
-from ._default_classifier import Classifier, classifier_problem, default_classifier
-from ._discovery import DiscoveryEnd, Snapshot, StaticDiscovery, Update
-from ._endpoint import MAX_IN_FLIGHT_LIMIT, AdminStatus, Endpoint
+from ._default_classifier import Classifier, default_classifier
+from ._discovery import DiscoveryEnd, StaticDiscovery, Update
+from ._endpoint import AdminStatus
 from ._errors import (
     AlreadyRunning,
     ConfigError,
@@ -57,10 +57,11 @@ from ._faults import Classification
 from ._health_runner import HealthRunner
 from ._internal import BalancerInternals
 from ._issuer import PermitIssuer
-from ._knobs import check_count, check_duration
+from ._knobs import check_duration
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Membership, Readiness
 from ._pool_wires import BalancerListener, PermitExit
+from ._settings import Settings, checked_settings
 from ._snapshot import PoolSnapshot, pool_snapshot
 from ._statistics import BalancerStatistics
 from ._telemetry import DEFAULT_EVENT_BUFFER, EventStream, Observer, Telemetry
@@ -145,64 +146,37 @@ class LoadBalancer(PermitIssuer):
         concurrency: AdaptiveConcurrency | None = None,
         slow_start: SlowStart | None = None,
     ) -> None:
-        if not hasattr(discovery, "__aiter__"):
-            raise ConfigError("discovery", _discovery_problem(discovery))
-        policy = PowerOfTwoChoices() if policy is None else policy
-        if isinstance(policy, type):
-            raise ConfigError(
-                "policy", f"must be a policy instance, got the class {policy.__name__}: write {policy.__name__}()"
-            )
-        if not callable(getattr(policy, "bind", None)):
-            raise ConfigError("policy", _policy_problem(policy))
-        circuit = CircuitPolicy() if circuit is None else circuit
-        if not isinstance(circuit, CircuitPolicy):
-            raise ConfigError("circuit", f"must be a CircuitPolicy, got {circuit!r}")
-        if not callable(classifier):
-            raise ConfigError("classifier", classifier_problem(classifier))
-        if not isinstance(on_discovery_end, DiscoveryEnd):
-            raise ConfigError("on_discovery_end", f"must be a DiscoveryEnd, got {on_discovery_end!r}")
-        retry_budget = RetryBudget() if retry_budget is None else retry_budget
-        if not isinstance(retry_budget, RetryBudget):
-            raise ConfigError("retry_budget", f"must be a RetryBudget, got {retry_budget!r}")
-        if clock is not None and not callable(clock):
-            raise ConfigError("clock", f"must be callable, got {clock!r}")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise ConfigError("seed", f"must be an int or None, got {seed!r:.80}")
-        if no_eligible_alert_after is not None:
-            no_eligible_alert_after = check_duration("no_eligible_alert_after", no_eligible_alert_after)
-        log_limit = LogLimit() if log_limit is None else log_limit
-        if not isinstance(log_limit, LogLimit):
-            raise ConfigError("log_limit", f"must be a LogLimit, got {log_limit!r}")
-        if health_check is not None:
-            _check_health(health_check, circuit)
-        if endpoint_factory is not None and not callable(endpoint_factory):
-            raise ConfigError("endpoint_factory", f"must be callable, got {endpoint_factory!r}")
-        if endpoint_close is not None and not callable(endpoint_close):
-            raise ConfigError("endpoint_close", f"must be callable, got {endpoint_close!r}")
-        if readiness is not None and not isinstance(readiness, Readiness):
-            raise ConfigError("readiness", f"must be a Readiness, got {readiness!r}")
-        if coordination is not None:
-            if not isinstance(coordination, Coordination):
-                raise ConfigError("coordination", f"must be a Coordination or None, got {coordination!r}")
-            coordination.check(circuit)
-        if routing is not None and not isinstance(routing, Routing):
-            raise ConfigError("routing", f"must be a Routing, got {routing!r}")
-        if panic is not None and not isinstance(panic, Panic):
-            raise ConfigError("panic", f"must be a Panic or None, got {panic!r}")
-        if max_in_flight is not None:
-            check_count("max_in_flight", max_in_flight, maximum=MAX_IN_FLIGHT_LIMIT)
-        if concurrency is not None and not isinstance(concurrency, AdaptiveConcurrency):
-            raise ConfigError(
-                "concurrency", f"must be a poise.AdaptiveConcurrency(...) or None, got {concurrency!r:.80}"
-            )
-        if slow_start is not None and not isinstance(slow_start, SlowStart):
-            raise ConfigError("slow_start", f"must be a poise.SlowStart(...) or None, got {slow_start!r:.80}")
-        load = LoadPolicy(max_in_flight=max_in_flight, adaptive=concurrency, slow_start=slow_start)
-        self._discovery = discovery
-        self._on_end = on_discovery_end
-        self._clock_arg = clock
-        self._clock = Clock(clock or anyio.current_time)
-        self._rng = random.Random(seed)  # noqa: S311 - not for security
+        knobs = checked_settings(
+            discovery,
+            policy=policy,
+            circuit=circuit,
+            classifier=classifier,
+            on_discovery_end=on_discovery_end,
+            clock=clock,
+            seed=seed,
+            retry_budget=retry_budget,
+            no_eligible_alert_after=no_eligible_alert_after,
+            log_limit=log_limit,
+            health_check=health_check,
+            endpoint_factory=endpoint_factory,
+            endpoint_close=endpoint_close,
+            readiness=readiness,
+            coordination=coordination,
+            routing=routing,
+            panic=panic,
+            max_in_flight=max_in_flight,
+            concurrency=concurrency,
+            slow_start=slow_start,
+        )
+        self._assemble(knobs)
+
+    def _assemble(self, knobs: Settings) -> None:
+        """Build the balancer's parts from its checked arguments, each given its collaborators."""
+        self._discovery = knobs.discovery
+        self._on_end = knobs.on_discovery_end
+        self._clock_arg = knobs.clock
+        self._clock = Clock(knobs.clock or anyio.current_time)
+        self._rng = random.Random(knobs.seed)  # noqa: S311 - not for security
         self._drain_waiters: dict[Member, anyio.Event] = {}
         # Each part gets what it needs in its constructor. The pool comes first, the parts
         # that read it next, and the listener through which the pool reports to them last:
@@ -210,7 +184,9 @@ class LoadBalancer(PermitIssuer):
         # each other), with the permits' exit and the wait queue's (each tells the other).
         self._timer = Timer()
         wake = self._timer.wake
-        self._pool = Pool(circuit, policy, self._rng, routing=routing, panic=panic, load=load)
+        self._pool = Pool(
+            knobs.circuit, knobs.policy, self._rng, routing=knobs.routing, panic=knobs.panic, load=knobs.load
+        )
         resources: dict[Member, object] = {}  # the endpoint factory's, per member
         self._exit = PermitExit(self._pool, self._clock, self._exit_verdict, self._observer_failed, resources)
         self._waiting = WaitQueue(
@@ -222,26 +198,28 @@ class LoadBalancer(PermitIssuer):
             demand=self._waiter_demand,
         )
         self._exit.released = self._waiting.changed
-        self._telemetry = Telemetry(self._pool, alert_after=no_eligible_alert_after, log_limit=log_limit, wake=wake)
+        self._telemetry = Telemetry(
+            self._pool, alert_after=knobs.no_eligible_alert_after, log_limit=knobs.log_limit, wake=wake
+        )
         self._health: HealthRunner | None = None
-        if health_check is not None:
+        if knobs.health_check is not None:
             health_rng = random.Random(self._rng.getrandbits(64))  # noqa: S311 - jitter only
             self._health = HealthRunner(
-                health_check, self._pool, health_rng.random, wake=wake, on_change=self._telemetry.health_changed
+                knobs.health_check, self._pool, health_rng.random, wake=wake, on_change=self._telemetry.health_changed
             )
         self._membership = Membership(
             self._pool,
             resources,
-            factory=endpoint_factory,
-            close=endpoint_close,
-            readiness=readiness,
+            factory=knobs.endpoint_factory,
+            close=knobs.endpoint_close,
+            readiness=knobs.readiness,
             on_change=None if self._health is None else self._health.apply,
             wake=wake,
         )
         self._coordinator = None
-        if coordination is not None:
+        if knobs.coordination is not None:
             self._coordinator = Coordinator(
-                coordination, self._pool, circuit, self._rng, on_fallback=self._coordination_fallback
+                knobs.coordination, self._pool, knobs.circuit, self._rng, on_fallback=self._coordination_fallback
             )
         self._pool.listen(
             BalancerListener(
@@ -261,12 +239,12 @@ class LoadBalancer(PermitIssuer):
         self._owner = 0
         self._closed = False
         self._gate = 0
-        self._budget = Budget(retry_budget)
+        self._budget = Budget(knobs.retry_budget)
         self._call_observers = ()
         self._internals = BalancerInternals(
             clock=self._now,  # __aenter__ rebinds self._clock; _now reads the current one
             budget=self._budget,
-            classifier=classifier,
+            classifier=knobs.classifier,
             log=self._telemetry.log,
             pool=self._pool,
             timer=self._timer,
@@ -730,45 +708,6 @@ class LoadBalancer(PermitIssuer):
         return self._clock()
 
 
-def _discovery_problem(discovery: object) -> str:
-    """Why ``discovery`` is refused, ending with what to write instead."""
-    got = f"{discovery!r:.80}"
-    if isinstance(discovery, Endpoint) or (
-        isinstance(discovery, list | tuple) and discovery and all(isinstance(e, Endpoint) for e in discovery)
-    ):
-        return f"must be a discovery source, got endpoints {got}: wrap them, discovery=poise.StaticDiscovery([...])"
-    if isinstance(discovery, Snapshot):
-        return "must be a discovery source, got one Snapshot: write discovery=poise.StaticDiscovery(snapshot.endpoints)"
-    return (
-        f"must be an async iterable of Snapshot/Delta updates, got {got}: use poise.StaticDiscovery([...]), "
-        "a DiscoveryPublisher().subscribe(), DnsDiscovery(...) or FileDiscovery(...)"
-    )
-
-
-_POLICIES = {
-    "PowerOfTwoChoices": ("p2c", "power_of_two", "power_of_two_choices", "least_request", "leastrequest"),
-    "RoundRobin": ("rr", "round_robin", "roundrobin"),
-    "Random": ("random",),
-    "WeightedRoundRobin": ("wrr", "weighted_round_robin", "weightedroundrobin"),
-    "WeightedRandom": ("weighted_random", "weightedrandom"),
-    "PeakEwma": ("ewma", "peak_ewma", "peakewma"),
-    "ConsistentHash": ("hash", "consistent_hash", "consistenthash", "ring_hash", "ringhash", "maglev"),
-}
-"""The policies a string such as ``"p2c"`` or ``"round-robin"`` most likely meant."""
-
-
-def _policy_problem(policy: object) -> str:
-    """Why ``policy`` is refused, ending with the policy instance to write."""
-    got = f"{policy!r:.80}"
-    if isinstance(policy, str):
-        name = policy.strip().lower().replace("-", "_").replace(" ", "_")
-        for cls, aliases in _POLICIES.items():
-            if name in aliases or name == cls.lower():
-                return f"must be a selection policy instance, not the string {got}: write policy=poise.{cls}()"
-    choices = ", ".join(f"poise.{cls}()" for cls in _POLICIES)
-    return f"must be a selection policy instance, got {got}: write one of {choices}"
-
-
 def _reread(read: Callable[[float], T], clock: Callable[[], float]) -> T:
     """``read(now)``, again if a dict changed size under a reader on another thread."""
     try:
@@ -794,25 +733,3 @@ def _first_exception(group: BaseException) -> Exception | None:
 
 
 _DRAINS = frozenset({AdminStatus.DRAINING, AdminStatus.DISABLED})
-
-
-def _check_health(check: object, circuit: CircuitPolicy) -> None:
-    """Refuse a health check that could hold a recovered endpoint out longer than the breaker.
-
-    Seed 001's gateway had a health filter with a 5-minute recovery window in front of a
-    60-second breaker: the filter, not the breaker, decided when an endpoint came back.
-    Here the active side's worst-case readmission time must fit in the breaker's shortest
-    open window (see docs/health.md).
-    """
-    if not isinstance(check, HealthCheck):
-        raise ConfigError("health_check", f"must be a HealthCheck or None, got {check!r}")
-    escalation = circuit.escalation
-    shortest = escalation.window(0) * (1.0 - escalation.jitter)
-    if check.readmit_bound > shortest:
-        raise ConfigError(
-            "health_check",
-            f"a recovered endpoint could stay excluded {check.readmit_bound:.3g} s "
-            f"(timeout + healthy_threshold x (unhealthy_interval x (1 + jitter) + timeout)), "
-            f"longer than the breaker's shortest open window ({shortest:.3g} s); lower "
-            "unhealthy_interval, healthy_threshold or timeout, or raise CircuitPolicy.escalation.base",
-        )
