@@ -16,7 +16,8 @@ scenario and serves the way the engine's :class:`~poise_py.sim._station.Station`
   phase that raises the capacity starts waiting calls when it begins;
 - it is then served for its service time, ``latency.draw(u) x latency_scale`` of the
   phase in force when it arrived (``anyio.sleep``: waiting costs no CPU), and answered
-  200, or the phase's HTTP status for the share ``error_rate`` of calls.
+  200, or the phase's HTTP status for the share ``error_rate`` of calls (served for the
+  phase's ``error_latency`` instead, when it sets one).
 
 The two uniform draws of each attempt come in the request's ``x-lab-draw`` header (the
 lab sends the simulator's own traffic stream, so both see the same service times); a
@@ -166,6 +167,8 @@ class Station:
         phase = model.phase_at(now)
         service = model.latency.draw(u_latency) * phase.latency_scale
         error = phase.error if u_error < phase.error_rate else None
+        if error is not None and phase.error_latency is not None:
+            service = phase.error_latency  # a failed call's own time, as the simulator's model has it
         if self.busy < self._capacity(now) and not self.waiting:
             self.busy += 1
             self._metered(now)

@@ -21,10 +21,15 @@ parametrization or clock marker applies.
 from __future__ import annotations
 
 import itertools
+import random
+from pathlib import Path
 
+import anyio
 import attrs
+import pytest
 
 import poise_py as poise
+from bench._lab_backends import Board, Station
 from bench.loadlab import CONFIGURATIONS as LAB_CONFIGURATIONS
 from bench.loadlab import EVERY_POLICY, LabResult, parse_names, run_lab
 from poise_py import sim
@@ -143,3 +148,37 @@ def test_configs_circuit_names_every_policy_with_and_without_the_circuit() -> No
         assert default.circuit() == poise.CircuitPolicy()
         assert never.circuit().consecutive_failures == never.circuit().consecutive_transient_failures == 1_000_000
         assert type(default.policy()) is type(never.policy()) is type(nothing.policy())
+
+
+@pytest.mark.anyio
+@pytest.mark.virtual_asyncio
+async def test_a_lab_backend_serves_a_failed_call_for_its_phases_error_latency(tmp_path: Path) -> None:
+    # As the simulator's model does: a failure holds its slot for error_latency, not for a
+    # success's drawn service time (a backend that fails fast).
+    scenario = sim.parse_scenario(
+        {
+            "name": "fails-fast",
+            "endpoints": [
+                {
+                    "id": "f",
+                    "capacity": 1,
+                    "latency": {"median": 0.1, "p99": 0.2},
+                    "phases": [{"start": 0, "error_rate": 0.5, "http": 503, "error_latency": 0.001}],
+                }
+            ],
+        }
+    )
+    board = Board(tmp_path / "board", count=1)
+    try:
+        station = Station(0, scenario.endpoints[0], board, random.Random(0))
+        start = anyio.current_time()
+        failed, _ = await station.call((0.5, 0.0))  # an error draw under error_rate
+        failed_took = anyio.current_time() - start
+        ok, _ = await station.call((0.5, 0.9))
+        ok_took = anyio.current_time() - start - failed_took
+    finally:
+        board.close()
+    assert failed == 503
+    assert failed_took == pytest.approx(0.001, abs=1e-6)
+    assert ok == 200
+    assert ok_took == pytest.approx(0.1, rel=0.01)  # the median, drawn at u = 0.5
