@@ -36,6 +36,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import poise_py as poise
+from bench._acquire import acquire_loop
 from bench._timing import interleaved, median_cost, median_over_bare, per_round
 from bench.peers import PEERS
 
@@ -59,13 +60,6 @@ def make_lb(
         concurrency=concurrency,
         slow_start=slow_start,
     )
-
-
-async def acquire_loop(lb: poise.LoadBalancer, n: int) -> None:
-    acquire = lb.acquire
-    for _ in range(n):
-        async with acquire():
-            pass
 
 
 async def _noop(endpoint: poise.Endpoint) -> None:

@@ -3,9 +3,9 @@
 :class:`BalancerListener` is the one :class:`~poise_py._core._listener.PoolListener` a
 ``LoadBalancer`` hands its pool: it fans each report out to telemetry, the fleet
 coordinator, the membership, the wait queue (``replan``), the timer's wake-up and the
-drain waiters. :class:`PermitExit` is what every
-:class:`~poise_py.Permit` is given at creation to report its end: the pool, the clock and
-the balancer's verdict on an exception, so a permit reads no other object's private state.
+drain waiters. :class:`PermitExit` is what every :class:`~poise_py.Permit` is given at
+creation to report its end: the pool, the clock and the balancer's verdict on an
+exception, so a permit reads no other object's private state.
 """
 
 from __future__ import annotations
