@@ -91,9 +91,11 @@ class Overloaded(SelectionError):  # noqa: N818 - reads as a state, like the con
 
     Attributes:
         at_limit: how many candidate endpoints were at their limit.
-        retry_after: when a slot is likely to free up, on the balancer's clock (now plus
-            the shortest typical call an adaptive limit has measured among them), or None
-            when no call duration is known.
+        retry_after: when a slot is likely to free up, on the balancer's clock: now plus
+            the shortest typical call measured among the endpoints at their limit (the
+            long-term latency of a :class:`~poise_py.Gradient2` limit, else the latency
+            average of :class:`~poise_py.PeakEwma`), or None when none of them has a
+            measured call duration (a fixed cap on a policy that times nothing, say).
     """
 
     def __init__(self, at_limit: int, *, retry_after: float | None = None) -> None:

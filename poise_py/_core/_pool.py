@@ -40,7 +40,7 @@ from ._listener import NullListener, PoolListener
 from ._load_signals import Answers, LoadSignal
 from ._outlier import OutlierSampler
 from ._pickers import PickFn, PoolView
-from ._record import Member, count_fault, count_selection, gate, no_eligible, refusal, sat_add
+from ._record import UNMEASURED, Member, count_fault, count_selection, gate, no_eligible, refusal, sat_add
 from ._routing import TRAFFIC_UNITS, Panic, Router, Routing, Scope, decision, pick_in
 from ._selection import Policy
 
@@ -447,12 +447,12 @@ class Pool:
         first, first_mode = member, choice.mode
         refused: set[str] = set(exclude)
         thinned: tuple[Member, Decision] | None = None
-        limited = 0
+        full: list[Member] = []
         while True:
             control = member.control
             tier: int | None = None
             if control is not None and member.inflight >= control.limit:
-                limited += 1
+                full.append(member)
             elif control is None or not control.thins or self._keeps(member, control, now):
                 break
             else:
@@ -466,12 +466,12 @@ class Pool:
                 if thinned is not None:
                     member, choice = thinned
                     break
-                raise Overloaded(limited, retry_after=self._overload_retry(now))
+                raise Overloaded(len(full), retry_after=self._overload_retry(full, now))
             member, choice = found
         if member is not first:
             if first_mode is not _HEALTHY:  # the routed path counted the pick it passed over
                 count_selection(first, first_mode, -1)
-            if limited:
+            if full:
                 choice = decision(_LIMITED, choice.tier)
             count_selection(member, choice.mode)
         return member, choice
@@ -488,14 +488,22 @@ class Pool:
                     return member, fallback
         return None
 
-    def _overload_retry(self, now: float) -> float | None:
-        """When a slot is likely to free: now plus the shortest long-term latency an adaptive limit measured."""
+    def _overload_retry(self, full: list[Member], now: float) -> float | None:
+        """When a slot of the endpoints at their limit (``full``) is likely to free, or None if no call was timed.
+
+        Now plus the shortest typical call measured among them: the long-term latency of an
+        adaptive limit (Gradient2), else the latency average of a policy that measures one
+        (PeakEwma). ``now`` is a real reading whenever either is kept (the pool times its calls).
+        """
+        if not self.times_calls:
+            return None
         shortest: float | None = None
-        for member in self.members.values():
+        for member in full:
             control = member.control
-            limiter = None if control is None else control.limiter
-            rtt = getattr(limiter, "long_rtt", None)
-            if isinstance(rtt, float) and rtt > 0 and (shortest is None or rtt < shortest):
+            rtt = getattr(None if control is None else control.limiter, "long_rtt", 0.0)
+            if not (isinstance(rtt, float) and rtt > 0.0) and member.ewma_at != UNMEASURED:
+                rtt = member.ewma
+            if isinstance(rtt, float) and rtt > 0.0 and (shortest is None or rtt < shortest):
                 shortest = rtt
         return None if shortest is None else now + shortest
 

@@ -172,6 +172,55 @@ def test_every_policy_passes_over_an_endpoint_at_its_cap_and_sheds_when_all_are(
     assert again is state  # the only endpoint under its cap
 
 
+def _serve(pool: Pool, endpoint_id: str, start: float, latency: float) -> None:
+    """One successful call to ``endpoint_id`` taking ``latency`` seconds from ``start``."""
+    for _ in range(len(pool.members)):
+        member, ticket, started, _ = pool.select(start)
+        if member.endpoint.id == endpoint_id:
+            pool.succeed(member, ticket, started + latency, started)
+            return
+        pool.cancel(member, ticket)
+    raise AssertionError(f"{endpoint_id} was never picked")
+
+
+def test_overloaded_says_when_the_quickest_full_endpoint_frees_a_slot_from_its_gradient2_average() -> None:
+    one = poise.Gradient2(initial_limit=1, min_limit=1, max_limit=1)
+    eps = [poise.Endpoint(n) for n in "abc"]
+    pool, _ = pool_of(eps, load=LoadPolicy(adaptive=poise.AdaptiveConcurrency(one)))
+    for endpoint_id, latency in (("a", 0.4), ("b", 0.2), ("c", 0.05)):
+        _serve(pool, endpoint_id, 1.0, latency)
+    pool.select(10.0, exclude=["c"])
+    pool.select(10.0, exclude=["c"])  # a and b are full; c is not, but excluded
+    with pytest.raises(poise.Overloaded) as info:
+        pool.select(10.0, exclude=["c"])
+    assert info.value.at_limit == 2
+    assert info.value.retry_after == pytest.approx(10.2)  # b's average, not c's: c is not full
+
+
+def test_overloaded_reads_peak_ewmas_latency_under_a_fixed_cap() -> None:
+    eps = [poise.Endpoint("a"), poise.Endpoint("b")]
+    pool, _ = pool_of(eps, policy=poise.PeakEwma(), load=LoadPolicy(max_in_flight=1))
+    _serve(pool, "a", 1.0, 0.3)
+    _serve(pool, "b", 1.0, 0.5)
+    pool.select(5.0)
+    pool.select(5.0)
+    with pytest.raises(poise.Overloaded) as info:
+        pool.select(5.0)
+    assert info.value.retry_after == pytest.approx(5.3)
+
+
+def test_overloaded_has_no_retry_after_when_nothing_was_timed() -> None:
+    pool, _ = pool_of(
+        [poise.Endpoint("a")],
+        load=LoadPolicy(adaptive=poise.AdaptiveConcurrency(poise.AIMD(initial_limit=1, max_limit=1))),
+    )
+    _serve(pool, "a", 1.0, 0.3)  # AIMD keeps no average latency
+    pool.select(2.0)
+    with pytest.raises(poise.Overloaded) as info:
+        pool.select(2.0)
+    assert info.value.retry_after is None
+
+
 def test_a_call_passed_over_an_endpoint_at_its_cap_is_counted_as_limited() -> None:
     pool, _ = pool_of([poise.Endpoint("a"), poise.Endpoint("b")], load=LoadPolicy(max_in_flight=1))
     first = pool.select(0.0)
