@@ -176,7 +176,7 @@ _WANTED = _wanted()
 
 def _quota(found: dict[str, str], wall: float) -> Quota | None:
     retry_after = _first(
-        _milliseconds(found.get("retry-after-ms")), retry_after_seconds(found.get("retry-after"), wall)
+        retry_after_ms(found.get("retry-after-ms")), retry_after_seconds(found.get("retry-after"), wall)
     )
     openai = {family: _openai(found, family) for family in ("requests", "tokens")}
     anthropic = [_anthropic(found, family, wall) for family in _FAMILIES]
@@ -318,7 +318,12 @@ def _plain_seconds(text: str | None) -> float | None:
     return float(text)
 
 
-def _milliseconds(text: str | None) -> float | None:
+def retry_after_ms(text: str | None) -> float | None:
+    """Seconds from a ``retry-after-ms`` value (a plain decimal number of milliseconds), or None.
+
+    The one reader of the header, for the quota and for :func:`poise_py.classify.http_status`:
+    a sign, an exponent, a non-finite or an over-long number is not a delay.
+    """
     seconds = _plain_seconds(text)
     return None if seconds is None else seconds / 1000.0
 

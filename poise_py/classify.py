@@ -17,14 +17,13 @@ Neither preset imports grpc or httpx: they read what those libraries' exceptions
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from ._default_classifier import Classifier, default_classifier
 from ._errors import ConfigError
 from ._faults import Classification, Fault
-from ._quota import quota_from_headers, retry_after_seconds
+from ._quota import quota_from_headers, retry_after_ms, retry_after_seconds
 
 _LOAD_FAULTS = (Fault.SUSPECT, Fault.TRANSIENT)
 """Only a strike or a skip can be load-shaped; an override to FATAL, PERMANENT or CALLER is meant."""
@@ -206,7 +205,7 @@ def http_status(
         fault = Fault.SUSPECT
     retry_after = None
     if headers is not None and (status == 429 or status >= 500):
-        retry_after = _milliseconds(_header(headers, "retry-after-ms"))
+        retry_after = retry_after_ms(_header(headers, "retry-after-ms"))
         if retry_after is None:
             retry_after = parse_retry_after(_header(headers, "retry-after"))
         if retry_after is None and status == 429:
@@ -217,17 +216,6 @@ def http_status(
     if retry_after or overload:
         return Classification(fault, retry_after=retry_after or None, overload=overload)
     return fault
-
-
-def _milliseconds(value: str | None) -> float | None:
-    """Seconds from a ``retry-after-ms`` value (a non-negative number of milliseconds), or None."""
-    if value is None or len(value) > 32:
-        return None
-    try:
-        ms = float(value.strip())
-    except ValueError:
-        return None
-    return ms / 1000 if math.isfinite(ms) and ms >= 0 else None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

@@ -46,3 +46,26 @@ def test_parse_retry_after_counts_a_date_from_now_to_the_microsecond() -> None:
 def test_parse_retry_after_of_nothing_is_none() -> None:
     assert poise.classify.parse_retry_after(None) is None
     assert poise.classify.parse_retry_after("  ") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("1500", 1.5),
+        (" 250.5 ", 0.2505),
+        ("0", 0.0),
+        ("1e3", None),  # a plain decimal only, as the quota has always read it
+        ("+5", None),
+        ("-5", None),
+        ("9" * 16, None),
+        ("nan", None),
+        ("inf", None),
+        ("soon", None),
+    ],
+)
+def test_retry_after_ms_is_read_the_same_by_the_classifier_and_the_quota(value: str, seconds: float | None) -> None:
+    verdict = poise.classify.http_status(429, {"retry-after-ms": value})
+    quota = quota_from_headers({"retry-after-ms": value}, wall=WALL)
+    delayed = poise.Classification(poise.Fault.TRANSIENT, retry_after=seconds) if seconds else None
+    assert verdict == (delayed or poise.Fault.TRANSIENT)  # no delay (or none read): the bare tier
+    assert quota == (None if seconds is None else Quota(retry_after=seconds))
