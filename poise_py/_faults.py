@@ -8,6 +8,7 @@ import math
 import attrs
 
 from ._errors import ConfigError
+from ._knobs import as_float, is_number
 
 
 class Fault(enum.Enum):
@@ -61,11 +62,5 @@ def check_retry_after(value: float | None) -> None:
     """Raise :class:`ConfigError` unless ``value`` is None or a finite number >= 0."""
     if value is None:
         return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or math.isnan(value)
-        or math.isinf(value)
-        or value < 0
-    ):
-        raise ConfigError("retry_after", f"must be a finite number of seconds >= 0, got {value!r}")
+    if not is_number(value) or not math.isfinite(as_float(value)) or value < 0:
+        raise ConfigError("retry_after", f"must be a finite number of seconds >= 0, got {value!r:.80}")

@@ -22,22 +22,34 @@ def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def as_float(value: int | float) -> float:
+    """``value`` as a float; an int too large for one reads as infinite, with its sign.
+
+    ``float(10**400)`` raises ``OverflowError``: every check converts through this instead,
+    so such a knob gets the ``ConfigError`` an infinite one gets.
+    """
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def check_bool(knob: str, value: object) -> bool:
     """A bool, exactly (1 and "yes" are refused)."""
     if not isinstance(value, bool):
-        raise ConfigError(knob, f"must be a bool, got {value!r}")
+        raise ConfigError(knob, f"must be a bool, got {value!r:.80}")
     return value
 
 
 def check_duration(knob: str, value: float, *, allow_zero: bool = False) -> float:
     """A finite number of seconds, > 0 (or >= 0 with ``allow_zero``)."""
     if not is_number(value):
-        raise ConfigError(knob, f"must be a number of seconds, got {value!r}")
-    v = float(value)
+        raise ConfigError(knob, f"must be a number of seconds, got {value!r:.80}")
+    v = as_float(value)
     if math.isnan(v) or math.isinf(v):
-        raise ConfigError(knob, f"must be finite, got {value!r}")
+        raise ConfigError(knob, f"must be finite, got {value!r:.80}")
     if v < 0 or (v == 0 and not allow_zero):
-        raise ConfigError(knob, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        raise ConfigError(knob, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r:.80}")
     return v
 
 
@@ -57,14 +69,13 @@ def check_share(
     """
     low_mark, high_mark = "(" if low_open else "[", ")" if high_open else "]"
     span = f"{low_mark}0, {high:g}{high_mark}"
-    if not is_number(value) or math.isnan(value):
-        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r}")
-    v = float(value)
+    if not is_number(value) or math.isnan(v := as_float(value)):
+        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r:.80}")
     if v < 0 or (low_open and v == 0) or v > high or (high_open and v == high):
         hint = ""
         if high < v <= 100 * high:
             hint = f": {value!r} looks like a percent; shares are fractions, so write {v / 100:g}"
-        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r}{hint}")
+        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r:.80}{hint}")
     return v
 
 
@@ -78,15 +89,14 @@ def check_number(
     high_open: bool = False,
 ) -> float:
     """A number (not NaN, and finite when ``high`` is infinite) in the range, ends open as asked."""
-    if not is_number(value) or math.isnan(value):
-        raise ConfigError(knob, f"must be a number, got {value!r}")
-    v = float(value)
+    if not is_number(value) or math.isnan(v := as_float(value)):
+        raise ConfigError(knob, f"must be a number, got {value!r:.80}")
     if math.isinf(high):
         if not (v < math.inf and (v > low if low_open else v >= low)):
-            raise ConfigError(knob, f"must be a finite number {'>' if low_open else '>='} {low:g}, got {value!r}")
+            raise ConfigError(knob, f"must be a finite number {'>' if low_open else '>='} {low:g}, got {value!r:.80}")
     elif v < low or v > high or (low_open and v == low) or (high_open and v == high):
         span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise ConfigError(knob, f"must be in {span}, got {value!r}")
+        raise ConfigError(knob, f"must be in {span}, got {value!r:.80}")
     return v
 
 
@@ -99,7 +109,7 @@ def check_count(knob: str, value: int, *, minimum: int = 1, maximum: int | None 
         or (maximum is not None and value > maximum)
     ):
         span = f">= {minimum}" if maximum is None else f"in [{minimum}, {_power(maximum)}]"
-        raise ConfigError(knob, f"must be an int {span}{f' ({why})' if why else ''}, got {value!r}")
+        raise ConfigError(knob, f"must be an int {span}{f' ({why})' if why else ''}, got {value!r:.80}")
     return value
 
 

@@ -44,7 +44,7 @@ from typing import Any
 import attrs
 
 from ._errors import ConfigError, PoiseError
-from ._knobs import is_number
+from ._knobs import as_float, is_number
 from ._redact import shown
 
 MAX_VALUE_LENGTH = 8192
@@ -75,11 +75,11 @@ def _number(knob: str, value: object, *, signed: bool) -> float:
     """``value`` as a finite float (>= 0 unless ``signed``), -0.0 made 0.0."""
     if not is_number(value):
         raise ConfigError(knob, f"must be a number, got {value!r:.80}")
-    number = float(value) + 0.0  # -0.0 + 0.0 == 0.0: one zero, one encoding
+    number = as_float(value) + 0.0  # -0.0 + 0.0 == 0.0: one zero, one encoding
     if not math.isfinite(number):
-        raise ConfigError(knob, f"must be finite, got {value!r}")
+        raise ConfigError(knob, f"must be finite, got {value!r:.80}")
     if number < 0 and not signed:
-        raise ConfigError(knob, f"must be >= 0, got {value!r}")
+        raise ConfigError(knob, f"must be >= 0, got {value!r:.80}")
     return number
 
 

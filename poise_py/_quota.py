@@ -32,7 +32,7 @@ from typing import TypeVar
 import attrs
 
 from ._errors import ConfigError
-from ._knobs import is_number
+from ._knobs import as_float, is_number
 from ._load_report import _pairs, _text
 
 MAX_QUOTA_VALUE = 256
@@ -51,7 +51,7 @@ def _count(knob: str, value: object) -> int | None:
 def _seconds(knob: str, value: object) -> float | None:
     if value is None:
         return None
-    if not is_number(value) or not math.isfinite(value) or value < 0:
+    if not is_number(value) or not math.isfinite(as_float(value)) or value < 0:
         raise ConfigError(knob, f"must be a finite number of seconds >= 0 or None, got {value!r:.80}")
     return float(value) + 0.0
 

@@ -167,7 +167,7 @@ def _pushback(exc: BaseException) -> float | None:
     for key, value in pairs:
         if key == PUSHBACK:
             text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
-            return int(text) / 1000 if text.isdigit() and len(text) <= 12 else None
+            return int(text) / 1000 if text.isascii() and text.isdigit() and len(text) <= 12 else None
     return None
 
 

@@ -35,7 +35,7 @@ def _host_port(endpoint: Endpoint, port: int | None) -> tuple[str, int]:
         host, found = address
     elif isinstance(address, str) and "://" not in address:
         host, sep, tail = address.rpartition(":")
-        if not sep or not tail.isdigit():
+        if not sep or not (tail.isascii() and tail.isdigit()):
             host, found = address, None
         else:
             found = int(tail)

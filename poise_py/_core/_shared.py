@@ -14,6 +14,7 @@ import math
 import attrs
 
 from .._errors import ConfigError
+from .._knobs import as_float
 from ._circuit import CircuitState
 from ._ejection import Backoff, Escalation
 
@@ -117,8 +118,8 @@ class SharedState:
         now = self.storage_time
         for name in ("opened_at", "reopen_at"):
             value = getattr(self, name)
-            if value is not None and not (_is_real(value) and math.isfinite(value)):
-                return f"{name} is not a finite number: {value!r}"
+            if value is not None and not (_is_real(value) and math.isfinite(as_float(value))):
+                return f"{name} is not a finite number: {value!r:.80}"
         if self.state is CircuitState.CLOSED:
             return None
         opened_at, reopen_at = self.opened_at, self.reopen_at

@@ -132,7 +132,7 @@ def _point(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
             return url.copy_with(host=host, port=port)
     if isinstance(address, str) and address and not any(c.isspace() for c in address):
         host, sep, port_text = address.rpartition(":")
-        if sep and port_text.isdigit() and (not host.count(":") or host.startswith("[")):
+        if sep and port_text.isascii() and port_text.isdigit() and (not host.count(":") or host.startswith("[")):
             port = int(port_text)
             if not host.strip("[]") or not 0 < port < 65536:
                 raise _unusable(endpoint, "the host must be non-empty and the port in [1, 65535]")

@@ -119,7 +119,7 @@ def server_attributes(endpoint: Endpoint) -> dict[str, str | int]:
         host, port_text = authority, ""
     if not host:
         return {}
-    if port_text.isdigit():
+    if port_text.isascii() and port_text.isdigit():
         return {SERVER_ADDRESS: host, SERVER_PORT: int(port_text)}
     return {SERVER_ADDRESS: host} if default_port is None else {SERVER_ADDRESS: host, SERVER_PORT: default_port}
 

@@ -66,6 +66,9 @@ RECORDS: dict[str, Callable[[float], dict[str, object]]] = {
     "open until 1e18": lambda now: {
         "state": _O, "version": 4, "opened_at": now, "reopen_at": 1e18, "protocol_version": 3,
     },
+    "open until a time no float holds": lambda now: {
+        "state": _O, "version": 4, "opened_at": now, "reopen_at": 10**400, "protocol_version": 3,
+    },
     "a fractional version": lambda now: {
         "state": _O, "version": 2.5, "opened_at": 0.5, "reopen_at": 1.0, "protocol_version": 3,
     },

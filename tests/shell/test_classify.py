@@ -142,7 +142,16 @@ def test_default_classifier_honours_an_explicit_fault_marker() -> None:
 
 @pytest.mark.parametrize(
     ("value", "retry_after"),
-    [("250", 0.25), ("0", 0.0), ("-1", None), ("soon", None), ("1.5", None), ("9" * 13, None)],
+    [
+        ("250", 0.25),
+        ("0", 0.0),
+        ("-1", None),
+        ("soon", None),
+        ("1.5", None),
+        ("9" * 13, None),
+        ("\u00b2", None),  # a digit to str.isdigit, not to int()
+        ("\u0661\u0662", None),  # Arabic-Indic twelve: ASCII digits only
+    ],
 )
 def test_a_grpc_servers_pushback_trailer_is_the_retry_after(value: str, retry_after: float | None) -> None:
     classify = poise.classify.grpc()

@@ -1,0 +1,45 @@
+"""An int too large for a float is refused with the ConfigError naming its field, as an infinite one is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+import poise_py as poise
+
+HUGE = 10**400  # float(HUGE) raises OverflowError
+
+
+@pytest.mark.parametrize(
+    ("make", "knob"),
+    [
+        (lambda v: poise.LoadReport(qps=v), "LoadReport.qps"),
+        (lambda v: poise.LoadReport(named_metrics={"q": v}), "LoadReport.named_metrics['q']"),
+        (lambda v: poise.Quota(requests_reset=v), "Quota.requests_reset"),
+        (lambda v: poise.Classification(poise.Fault.SUSPECT, retry_after=v), "retry_after"),
+        (lambda v: poise.CircuitPolicy(max_retry_after=v), "CircuitPolicy.max_retry_after"),
+        (lambda v: poise.CircuitPolicy(max_ejection_percent=v), "CircuitPolicy.max_ejection_percent"),
+        (lambda v: poise.CircuitPolicy(max_ejection_percent=-v), "CircuitPolicy.max_ejection_percent"),
+        (lambda v: poise.SlowStart(window=v), "SlowStart.window"),
+        (lambda v: poise.Gradient2(smoothing=v), "Gradient2.smoothing"),
+        (lambda v: poise.Gradient2(queue_size=v), "Gradient2.queue_size"),
+        (lambda v: poise.AIMD(timeout=v), "AIMD.timeout"),
+    ],
+)
+def test_an_int_no_float_holds_is_a_config_error_naming_the_field(make: Callable[[int], object], knob: str) -> None:
+    with pytest.raises(poise.ConfigError) as info:
+        make(HUGE)
+    assert info.value.knob == knob
+    assert len(str(info.value)) < 300  # the value is shown cut short, not as 400 digits
+
+
+@pytest.mark.anyio
+async def test_a_permit_refuses_such_a_retry_after_and_stays_unreported() -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    async with lb:
+        permit = lb.acquire()
+        with pytest.raises(poise.PermitError):
+            permit.fail(retry_after=HUGE)
+        assert not permit.done
+        permit.succeed()
