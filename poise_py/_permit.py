@@ -112,33 +112,39 @@ class Permit:
         self._claim()
         self._exit.cancel(self._state, self._ticket, counted=not superseded)
 
-    def report_load(self, report: LoadReport) -> None:
+    def report_load(self, report: LoadReport | None) -> None:
         """Tell the balancer what the endpoint's backend said about its own load (an ORCA report).
 
         Use it when the answer carries a report the transport does not read itself (the
         httpx transport and the gRPC channel read ``endpoint-load-metrics`` on their own):
-        ``permit.report_load(poise.load_report_from_headers(response.headers))`` with a
-        report, or a :class:`~poise_py.LoadReport` built by hand. Allowed before or after
+        ``permit.report_load(poise.load_report_from_headers(response.headers))``, or a
+        :class:`~poise_py.LoadReport` built by hand. None (an answer without a report: what
+        the reader returns then) says nothing and changes nothing. Allowed before or after
         the outcome is reported (a trailer arrives with the answer); it never changes the
         outcome. :class:`~poise_py.WeightedByLoad` weighs endpoints by these reports; the
         snapshot shows the latest.
         """
+        if report is None:
+            return
         if not isinstance(report, LoadReport):
-            raise PermitError(f"report must be a poise.LoadReport, got {type(report).__name__}")
+            raise PermitError(f"report must be a poise.LoadReport or None, got {type(report).__name__}")
         self._exit.report_load(self._state, report)
 
-    def report_quota(self, quota: Quota) -> None:
+    def report_quota(self, quota: Quota | None) -> None:
         """Tell the balancer how much of its provider's rate limit the endpoint's answer said is left.
 
         The httpx transport does this for every answer carrying rate-limit headers (OpenAI's
         ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF ``RateLimit``
-        fields); elsewhere ``permit.report_quota(poise.quota_from_headers(headers))``. With
+        fields); elsewhere ``permit.report_quota(poise.quota_from_headers(headers))``, where
+        None (an answer without rate-limit headers) says nothing and changes nothing. With
         requests left, at most that many calls are in flight to it at once; with its requests
         or tokens spent, it rests until the reset (no strike, no ejection) and comes back
         then without a probe. Allowed before or after the outcome; it never changes it.
         """
+        if quota is None:
+            return
         if not isinstance(quota, Quota):
-            raise PermitError(f"quota must be a poise.Quota, got {type(quota).__name__}")
+            raise PermitError(f"quota must be a poise.Quota or None, got {type(quota).__name__}")
         self._exit.report_quota(self._state, quota)
 
     def _claim(self) -> None:

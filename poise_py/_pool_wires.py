@@ -121,11 +121,12 @@ class PermitExit:
         )
 
     def report_quota(self, member: Member, quota: Quota) -> None:
-        """Keep what an endpoint's provider said of its quota: requests left, or spent and when it resets."""
+        """Keep what an endpoint's provider said of its quota: calls and share left, or spent and when it resets."""
         if quota.exhausted:
             self.pool.report_quota(member, self.clock.now(), remaining=0, resets_in=quota.resets_in)
-        elif quota.requests_remaining is not None:
-            share = quota.remaining_fraction
+            return
+        share = quota.remaining_fraction
+        if quota.requests_remaining is not None or share is not None:  # a tokens-only quota: its share
             self.pool.report_quota(
                 member,
                 self.clock.now(),

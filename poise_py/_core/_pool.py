@@ -675,18 +675,20 @@ class Pool:
         )
 
     def report_quota(
-        self, member: Member, now: float, *, remaining: int, resets_in: float | None, share: float = 1.0
+        self, member: Member, now: float, *, remaining: int | None, resets_in: float | None, share: float = 1.0
     ) -> None:
         """What ``member``'s provider said of its quota at ``now``: ``remaining`` calls left, ``share`` of it.
 
         With calls left, at most that many are in flight at once (its limit): every answer
         says how many are left after the calls the provider counted, so calls started after
-        it cannot overrun the quota; and its effective weight is its weight times ``share``
-        (a pick of it is kept with that probability, else taken again in its tier). With
-        none left it rests (QUOTA: no strike, no ejection, no escalation) until
-        ``resets_in`` seconds from now (:data:`QUOTA_REST` if not said), then comes back
-        without a probe, a quota limit or a reduced share until its provider says more. A
-        report for an endpoint that left the pool is dropped.
+        it cannot overrun the quota; ``remaining`` None says nothing of calls (a tokens-only
+        quota) and sets no limit. Either way its effective weight is its weight times
+        ``share`` (a pick of it is kept with that probability, else taken again in its
+        tier). With none left (0) it rests (QUOTA: no strike, no ejection, no escalation)
+        until ``resets_in`` seconds from now (:data:`QUOTA_REST` if not said; at most the
+        circuit policy's ``max_retry_after``, as a Retry-After is), then comes back without a
+        probe, a quota limit or a reduced share until its provider says more. A report for an
+        endpoint that left the pool is dropped.
         """
         if not member.live:
             return
@@ -694,11 +696,12 @@ class Pool:
             self._take_control()
         control = member.control
         assert control is not None  # noqa: S101 - taken control of just above
-        if remaining > 0:
-            control.set_quota(remaining)
+        if remaining is None or remaining > 0:
+            control.set_quota(UNLIMITED if remaining is None else remaining)
             control.set_share(share)
             return
-        until = now + (QUOTA_REST if resets_in is None else resets_in)
+        rest = QUOTA_REST if resets_in is None else min(resets_in, self.circuit_policy.max_retry_after)
+        until = now + rest
         if self.answers.rests.get(member) == until:
             return
         resting = member in self.answers.rests
@@ -718,6 +721,10 @@ class Pool:
         if self.answers.rests.get(member) != at:
             return
         del self.answers.rests[member]
+        control = member.control
+        if control is not None:  # an answer that arrived during the rest is from before the reset
+            control.set_quota(UNLIMITED)
+            control.set_share(1.0)
         if member.live and member.readiness is _QUOTA:
             member.readiness = None
             self._sync(member)

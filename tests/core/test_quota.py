@@ -169,3 +169,32 @@ def test_a_resting_endpoint_stays_out_of_a_panicking_tier() -> None:
         pool.set_admin(state.endpoint.id, poise.AdminStatus.FORCED_UNHEALTHY)
     pool.report_quota(pool.members["e0"], 0.0, remaining=0, resets_in=10.0)
     assert "e0" not in {pick(pool) for _ in range(20)}  # panic spreads over the others, never the rested one
+
+
+def test_a_tokens_only_quota_sets_its_share_and_no_limit() -> None:
+    pool = pool_of(2)
+    state = pool.members["e0"]
+    pool.report_quota(state, 0.0, remaining=None, resets_in=None, share=0.25)
+    control = pool.control(state)
+    assert control is not None
+    assert (control.quota, control.limit) == (UNLIMITED, UNLIMITED)
+    assert pool.ramp_factor(state, 0.0) == 0.25
+
+
+def test_a_rest_is_no_longer_than_the_longest_retry_after_honoured() -> None:
+    pool = pool_of()
+    state = pool.members["e0"]
+    pool.report_quota(state, 5.0, remaining=0, resets_in=3.6e18)  # "999999999999999h"
+    assert pool.resting_until(state) == 5.0 + poise.CircuitPolicy().max_retry_after
+
+
+def test_an_answer_from_before_the_reset_does_not_outlive_it() -> None:
+    pool = pool_of(2)
+    state = pool.members["e0"]
+    pool.report_quota(state, 0.0, remaining=0, resets_in=5.0)
+    pool.report_quota(state, 1.0, remaining=1, resets_in=None, share=0.01)  # a call started before the rest
+    pool.handle_timer(5.0)
+    control = pool.control(state)
+    assert control is not None
+    assert (control.quota, control.limit) == (UNLIMITED, UNLIMITED)  # no cap until its provider says more
+    assert pool.ramp_factor(state, 5.0) == 1.0

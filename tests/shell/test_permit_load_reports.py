@@ -58,7 +58,7 @@ async def test_an_endpoint_without_reports_shows_none(clock: FakeClock) -> None:
         assert (snap.load_report, snap.load_reported_at, snap.load_weight, snap.held_failures) == (None, None, None, 0)
 
 
-@pytest.mark.parametrize("report", [None, {"cpu_utilization": 0.5}, "TEXT cpu_utilization=0.5"])
+@pytest.mark.parametrize("report", [{"cpu_utilization": 0.5}, "TEXT cpu_utilization=0.5", 0.5])
 async def test_anything_but_a_load_report_is_refused(clock: FakeClock, report: object) -> None:
     async with static_lb("a", clock=clock) as lb, lb.acquire() as permit:
         with pytest.raises(poise.PermitError, match="LoadReport"):
@@ -136,14 +136,27 @@ async def test_a_spent_quota_rests_the_endpoint_until_its_reset_with_no_strike(c
         assert lb.snapshot()["a"].eligible_reason is None
 
 
-async def test_a_quota_without_requests_left_or_spent_changes_nothing(clock: FakeClock) -> None:
+async def test_a_tokens_only_quota_lowers_the_weight_by_its_share_and_caps_nothing(clock: FakeClock) -> None:
+    async with static_lb("a", "b", clock=clock) as lb:
+        async with lb.acquire(exclude=["b"]) as permit:
+            permit.report_quota(poise.Quota(tokens_limit=1000, tokens_remaining=100))
+        snap = lb.snapshot()["a"]
+        assert snap.quota_remaining is None
+        assert snap.concurrency_limit is None
+        assert snap.effective_weight == pytest.approx(0.1)
+
+
+async def test_no_report_is_nothing_said_so_the_readers_result_can_be_passed_as_it_is(clock: FakeClock) -> None:
     async with static_lb("a", clock=clock) as lb:
-        async with lb.acquire() as permit:
-            permit.report_quota(poise.Quota(tokens_limit=1000, tokens_remaining=500))
-        assert lb.snapshot()["a"].quota_remaining is None
+        async with lb.acquire() as permit:  # an ordinary answer: no rate-limit headers, no load report
+            permit.report_quota(poise.quota_from_headers({"content-type": "application/json"}))
+            permit.report_load(poise.load_report_from_headers({"content-type": "application/json"}))
+        snap = lb.snapshot()["a"]
+        assert (snap.quota_remaining, snap.load_report, snap.effective_weight) == (None, None, 1.0)
+        assert snap.counters.successes == 1  # the call's outcome is its own
 
 
-@pytest.mark.parametrize("quota", [None, {"requests_remaining": 1}, 3])
+@pytest.mark.parametrize("quota", [{"requests_remaining": 1}, 3])
 async def test_anything_but_a_quota_is_refused(clock: FakeClock, quota: object) -> None:
     async with static_lb("a", clock=clock) as lb, lb.acquire() as permit:
         with pytest.raises(poise.PermitError, match="Quota"):
