@@ -418,19 +418,21 @@ def _decode_text(body: str, whole: str) -> _Fields:
         if name in seen:
             raise _refused(f"{name[:80]!r} is given twice", whole)
         seen.add(name)
+        prefix, dot, key = name.partition(".")
+        mapped = bool(dot) and prefix in _MAP_NAMES
+        if name not in _SCALAR_NAMES and not mapped:
+            continue  # a name this reader does not know, whatever its value: a newer backend's
         if _DECIMAL.fullmatch(text) is None:
             raise _refused(f"{name[:80]!r} has {text[:80]!r}, not a decimal number", whole)
         value = float(text)
         if not math.isfinite(value):
             raise _refused(f"{name[:80]!r} is not finite", whole)
-        if name in _SCALAR_NAMES:
+        if not mapped:
             fields.scalars[_SCALAR_NAMES[name]] = value
             continue
-        prefix, dot, key = name.partition(".")
-        if dot and prefix in _MAP_NAMES:
-            if not key:
-                raise _refused(f"{name[:80]!r} has an empty metric name", whole)
-            fields.put(_MAP_NAMES[prefix], key, value, whole)
+        if not key:
+            raise _refused(f"{name[:80]!r} has an empty metric name", whole)
+        fields.put(_MAP_NAMES[prefix], key, value, whole)
     return fields
 
 

@@ -265,11 +265,19 @@ def _ietf(found: dict[str, str]) -> Triple:
             _integer(members.get("remaining")),
             _plain_seconds(members.get("reset")),
         )
-    elif named:
-        name, params = named[0]
+    elif named:  # one item per policy: the tightest is the quota (a spent one spends it)
         policies = dict(_items(found.get("ratelimit-policy", "")))
-        policy = policies.get(name, next(iter(policies.values()), {}))
-        fields = (_integer(policy.get("q")), _integer(params.get("r")), _plain_seconds(params.get("t")))
+        default = next(iter(policies.values()), {})
+        fields = _tightest(
+            [
+                (
+                    _integer(policies.get(name, default).get("q")),
+                    _integer(params.get("r")),
+                    _plain_seconds(params.get("t")),
+                )
+                for name, params in named
+            ]
+        )
     else:
         fields = _NONE
     return _merge(fields, separate)

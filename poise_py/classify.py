@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from ._default_classifier import Classifier, default_classifier
 from ._errors import ConfigError
 from ._faults import Classification, Fault
+from ._load_report import _pairs, _text
 from ._quota import quota_from_headers, retry_after_ms, retry_after_seconds
 
 _LOAD_FAULTS = (Fault.SUSPECT, Fault.TRANSIENT)
@@ -219,12 +220,15 @@ def http_status(
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
-    value = headers.get(name)
-    if value is None:
-        for k, v in headers.items():
-            if k.lower() == name:
-                return v
-    return value
+    """The first value of header ``name`` (any case), as the quota reads it.
+
+    httpx joins a repeated header's values with ``", "`` (``"7, 7"``), which no reader
+    takes; its ``multi_items`` give them one by one, and the first is read.
+    """
+    for key, value in _pairs(headers):
+        if isinstance(key, str | bytes) and _text(key).lower() == name and isinstance(value, str | bytes):
+            return _text(value)
+    return None
 
 
 _HTTPX_TRANSIENT = {"ConnectTimeout", "PoolTimeout"}

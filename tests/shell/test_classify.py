@@ -207,3 +207,9 @@ def test_the_llm_preset_moves_past_a_providers_overload_without_a_strike() -> No
     assert judge(AnsweredError(529)) == poise.Classification(Fault.TRANSIENT, overload=True)
     assert judge(AnsweredError(500)) is Fault.SUSPECT
     assert judge(AnsweredError(401)) is Fault.PERMANENT
+
+
+def test_a_repeated_retry_after_is_read_from_its_first_value_as_the_quota_reads_it() -> None:
+    headers = httpx.Headers([("Retry-After", "7"), ("Retry-After", "9")])  # httpx's get() joins them: "7, 9"
+    assert classify.http_status(429, headers) == poise.Classification(Fault.TRANSIENT, retry_after=7.0)
+    assert poise.quota_from_headers(headers) == poise.Quota(retry_after=7.0)

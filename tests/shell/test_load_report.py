@@ -66,6 +66,7 @@ def test_the_deprecated_integer_rps_is_read_as_qps_unless_rps_fractional_is_give
 
 def test_unknown_names_and_fields_are_skipped_so_a_newer_backend_still_reads() -> None:
     assert LoadReport.parse("TEXT cpu_utilization=0.5, future_metric=3") == LoadReport(cpu_utilization=0.5)
+    assert LoadReport.parse("TEXT cpu_utilization=0.5, future_field=v2") == LoadReport(cpu_utilization=0.5)
     assert LoadReport.parse('JSON {"cpu_utilization": 0.5, "future": {"x": [1]}}') == LoadReport(cpu_utilization=0.5)
     unknown = bytes([10 << 3 | 0, 0x96, 0x01, 11 << 3 | 2, 2, 0xFF, 0xFE, 12 << 3 | 5, 1, 2, 3, 4])
     assert LoadReport.parse(unknown + LoadReport(eps=2).to_binary()) == LoadReport(eps=2)

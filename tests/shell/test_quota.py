@@ -134,6 +134,15 @@ def test_the_ietf_later_drafts_structured_field_with_its_policy() -> None:
     assert quota_from_headers(headers) == Quota(requests_limit=20, requests_remaining=3, requests_reset=10.0)
 
 
+def test_the_ietf_structured_field_with_several_policies_gives_the_tightest() -> None:
+    policy = '"a";q=1000;w=60, "b";q=10;w=1'
+    spent = quota_from_headers({"RateLimit": '"a";r=900;t=30, "b";r=0;t=1', "RateLimit-Policy": policy})
+    assert spent == Quota(requests_limit=10, requests_remaining=0, requests_reset=1.0)
+    assert spent.exhausted
+    tight = quota_from_headers({"RateLimit": '"a";r=100;t=30, "b";r=9;t=1', "RateLimit-Policy": policy})
+    assert tight == Quota(requests_limit=1000, requests_remaining=100, requests_reset=30.0)  # 10% left, not 90%
+
+
 def test_provider_headers_win_over_the_ietf_ones() -> None:
     headers = {"x-ratelimit-remaining-requests": "7", "RateLimit-Remaining": "99", "RateLimit-Limit": "100"}
     assert quota_from_headers(headers) == Quota(requests_limit=100, requests_remaining=7)
