@@ -187,7 +187,8 @@ def http_status(
 
     5xx -> SUSPECT (502/503/504/529 -> ``gateway``); 429 -> TRANSIENT; 401/403 -> PERMANENT;
     other 4xx -> CALLER. On a 429 or 5xx, ``retry-after-ms`` (LLM providers') or
-    ``Retry-After`` becomes ``retry_after``; a 429 without either takes the reset of the
+    ``Retry-After`` (digits or an HTTP date, as the RFC writes it and the quota reads it:
+    stricter than :func:`parse_retry_after`) becomes ``retry_after``; a 429 without either takes the reset of the
     spent quota its rate-limit headers state (:func:`poise_py.quota_from_headers`). 503, 504
     and 529 are load-shaped: their :class:`~poise_py.Classification` carries
     ``overload=True`` (:data:`HTTP_OVERLOAD`).
@@ -208,7 +209,9 @@ def http_status(
     if headers is not None and (status == 429 or status >= 500):
         retry_after = retry_after_ms(_header(headers, "retry-after-ms"))
         if retry_after is None:
-            retry_after = parse_retry_after(_header(headers, "retry-after"))
+            retry_after = retry_after_seconds(
+                _header(headers, "retry-after"), datetime.now(UTC)
+            )  # as the quota reads it
         if retry_after is None and status == 429:
             quota = quota_from_headers(headers)
             if quota is not None and quota.exhausted:

@@ -36,6 +36,11 @@ def test_parse_retry_after_takes_any_finite_number_and_the_quota_a_plain_decimal
     assert poise.classify.parse_retry_after(value, now=NOW) == lenient
     quota = quota_from_headers({"retry-after": value}, wall=WALL)
     assert quota == (None if strict is None else Quota(retry_after=strict))
+    if not value.endswith(("GMT", ":00")):  # a date counts from the real clock in http_status
+        verdict = poise.classify.http_status(429, {"retry-after": value})
+        assert verdict == (
+            poise.Classification(poise.Fault.TRANSIENT, retry_after=strict) if strict else poise.Fault.TRANSIENT
+        )
 
 
 def test_parse_retry_after_counts_a_date_from_now_to_the_microsecond() -> None:
