@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from ._attempts import Attempt, Attempts, AttemptScope
-from ._core._retry import RETRYABLE, AfterFault
+from ._core._retry import RETRYABLE, AfterFault, check_attempts
 from ._core._tails import Hedge, HedgeState, RetryBackoff
 from ._knobs import check_duration
 
@@ -55,6 +55,7 @@ async def call_with_options(
     internals = lb._internals
     if deadline is not None:
         deadline = check_duration("deadline", deadline)
+    attempts = check_attempts(attempts)  # before the hedge's max: a bad one is refused either way
     state = None if hedge is None else internals.hedging(hedge, _scope(fn))
     total = attempts if hedge is None else max(attempts, hedge.max_attempts)
     tries = internals.attempts(total, key=key, wait=wait, backoff=backoff, timeout=deadline)

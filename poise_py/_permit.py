@@ -110,7 +110,10 @@ class Permit:
         not counted as a cancellation either, as if it had never been sent.
         """
         self._claim()
-        self._exit.cancel(self._state, self._ticket, counted=not superseded)
+        if superseded:
+            self._exit.cancel(self._state, self._ticket, counted=False, mode=self._decision.mode)
+        else:
+            self._exit.cancel(self._state, self._ticket)
 
     def report_load(self, report: LoadReport | None) -> None:
         """Tell the balancer what the endpoint's backend said about its own load (an ORCA report).

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ._decision import DecisionMode
 from ._events import ConcurrencyLimitChanged, PanicEnded, PanicStarted, SlowStartBegan, SlowStartEnded
 
 if TYPE_CHECKING:
@@ -103,9 +104,11 @@ class PermitExit:
         self.finish(member, ticket, started, verdict.fault, verdict.retry_after, overload=verdict.overload)
         return verdict.fault
 
-    def cancel(self, member: Member, ticket: Ticket, *, counted: bool = True) -> None:
-        """Release a permit that ended without an outcome (``counted``: as a cancellation)."""
-        self.pool.cancel(member, ticket, counted=counted)
+    def cancel(
+        self, member: Member, ticket: Ticket, *, counted: bool = True, mode: DecisionMode = DecisionMode.HEALTHY
+    ) -> None:
+        """Release a permit that ended without an outcome (``counted``: as a cancellation; see ``Pool.cancel``)."""
+        self.pool.cancel(member, ticket, counted=counted, mode=mode)
         if self.waiting:
             self.released()
 

@@ -205,7 +205,9 @@ class SlowStart:
         window = self.window
         if elapsed >= window:
             return 1.0
-        time_factor = max(elapsed, 1.0) / window
+        # Clamped before the power: a window under a second makes Envoy's time factor exceed
+        # 1, which a small aggression would raise past a float (the result is the same).
+        time_factor = min(1.0, max(elapsed, 1.0) / window)
         ramp: float = time_factor ** (1.0 / self.aggression)
         return min(1.0, max(self.min_weight, ramp))
 

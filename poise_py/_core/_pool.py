@@ -885,15 +885,22 @@ class Pool:
             self.load.shared_faults = sat_add(self.load.shared_faults)
         return loaded
 
-    def cancel(self, member: Member, ticket: Ticket, *, counted: bool = True) -> None:
+    def cancel(
+        self, member: Member, ticket: Ticket, *, counted: bool = True, mode: DecisionMode = DecisionMode.HEALTHY
+    ) -> None:
         """Release a permit that ended without an outcome. No window changes.
 
-        ``counted``: counted as a cancellation (not for a hedge that lost its race: then no
-        counter remembers the permit).
+        ``counted``: counted as a cancellation. Not for a hedge that lost its race, or a
+        permit handed to a waiter that had gone: then no counter remembers the permit, so
+        its probe and its selection in ``mode`` (the permit's decision) are taken back too.
         """
         self._release(member)
         if counted:
             member.cancellations = sat_add(member.cancellations)
+        else:
+            if ticket.probe and member.probes:
+                member.probes -= 1
+            count_selection(member, mode, -1)
         if member.live:
             circuit = member.circuit
             circuit.cancel(ticket)

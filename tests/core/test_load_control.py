@@ -128,6 +128,9 @@ def test_envoy_slow_start_factor() -> None:
     eager = poise.SlowStart(window=100.0, aggression=2.0, min_weight=0.01)
     assert eager.factor(25.0) == pytest.approx(0.25**0.5)
     assert eager.factor(0.5) == pytest.approx(0.01**0.5)  # the time factor is at least 1 s
+    short = poise.SlowStart(window=0.5, aggression=0.0005)  # 1 s / 0.5 s = 2, to the 2000th power
+    assert short.factor(0.3) == 1.0  # a window under the 1 s floor is over at once, not an OverflowError
+    assert poise.SlowStart(window=100.0, aggression=0.0005).factor(50.0) == 0.1  # 0.5**2000: min_weight
 
 
 @pytest.mark.parametrize(

@@ -205,6 +205,10 @@ async def test_hedge_is_validated() -> None:
     async with lb:
         with pytest.raises(poise.ConfigError, match="hedge"):
             await lb.call(latencies({"a": 0.0}), hedge=0.05)  # type: ignore[arg-type]
+        for attempts in (0, -5, True, 1.0, "3", None):  # checked before the hedge's max_attempts is taken
+            with pytest.raises(poise.ConfigError) as info:
+                await lb.call(latencies({"a": 0.0}), attempts=attempts, hedge=poise.Hedge(delay=0.05))  # type: ignore[arg-type]
+            assert info.value.knob == "attempts"
     for bad in ({"delay": -1}, {"delay": "1"}, {"delay": 0.1, "max_attempts": 1}, {"delay": 0.1, "max_extra_load": 2}):
         with pytest.raises(poise.ConfigError, match="Hedge"):
             poise.Hedge(**bad)
