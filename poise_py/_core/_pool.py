@@ -1088,6 +1088,8 @@ class Pool:
         if transition.target is not _OPEN and transition.target is not _HALF_OPEN:
             load.recallable.pop(member, None)  # readmitted, blocked or retired: no longer ejected for load
             load.recalls.pop(member, None)
+        if transition.target is _OPEN and member in load.ramping:
+            self._end_ramp(member)  # ejected again mid-ramp: its next readmission ramps afresh
         if transition.target is _OPEN and transition.reopen_at is not None:
             self._push(transition.reopen_at, member, transition.epoch)
         elif transition.target is _CLOSED and transition.source is not _CLOSED and transition.cause is not _POOL_LOADED:
@@ -1184,6 +1186,10 @@ class Pool:
         """``gone`` (no longer in :attr:`members`) leave every structure of the pool: O(changes + scopes touched)."""
         load = self.load
         view = self._view
+        if load.ramping:
+            for member in gone:
+                if member in load.ramping:
+                    self._end_ramp(member)  # SlowStartEnded: it left mid-ramp
         for table in (
             load.ramping,
             load.overloaded,

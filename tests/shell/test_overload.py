@@ -104,6 +104,35 @@ async def test_a_joining_endpoint_ramps_up_and_the_events_say_so() -> None:
     assert ("SlowStartBegan", "a") not in kinds  # the first members start together
 
 
+async def test_a_ramp_that_ends_by_an_ejection_or_a_departure_says_so() -> None:
+    clock = FakeClock()
+    publisher = poise.DiscoveryPublisher()
+    lb = poise.LoadBalancer(publisher.subscribe(), slow_start=poise.SlowStart(window=30.0), clock=clock)
+    events: list[poise.BalancerEvent] = []
+    lb.add_observer(events.append)
+    publisher.publish(poise.Snapshot(1, [poise.Endpoint("a")]))
+    async with lb:
+        await lb.wait_ready()
+        publisher.publish(poise.Delta(2, added=[poise.Endpoint("b"), poise.Endpoint("c")]))
+        while len(lb.snapshot().endpoints) < 3:
+            await _yield()
+        lb.acquire(exclude=["a", "c"]).fail(poise.Fault.FATAL)  # b ejected mid-ramp
+        assert lb.snapshot()["b"].ramp_progress is None
+        publisher.publish(poise.Delta(3, removed=["c"]))  # c leaves mid-ramp
+        while len(lb.snapshot().endpoints) > 2:
+            await _yield()
+        publisher.close()
+    ramps = [
+        (type(e).__name__, e.endpoint_id) for e in events if isinstance(e, poise.SlowStartBegan | poise.SlowStartEnded)
+    ]
+    assert sorted(ramps) == [
+        ("SlowStartBegan", "b"),
+        ("SlowStartBegan", "c"),
+        ("SlowStartEnded", "b"),
+        ("SlowStartEnded", "c"),
+    ]
+
+
 async def _yield() -> None:
     import anyio
 
