@@ -281,15 +281,18 @@ class SlowStartEnded(BalancerEvent):
 
 @attrs.frozen(kw_only=True)
 class ConcurrencyLimitChanged(BalancerEvent):
-    """An endpoint's adaptive concurrency limit moved by more than a step since it was last reported.
+    """An endpoint's concurrency limit in force moved by more than a step, as its adaptive limit moved.
 
-    Reported when the limit differs from the last reported one by at least a quarter of it
-    (and by at least 2), so a limit that creeps up one call at a time is not an event per call.
+    The limit in force is the least of its cap, its adaptive limit and its quota's (the
+    snapshot's ``concurrency_limit``); it is reported when it differs from the last reported
+    one by at least a quarter of that, rounded down, and by at least 2, so a limit that
+    creeps up one call at a time is not an event per call. An adaptive limit moving above a
+    fixed cap changes nothing in force and is not reported.
 
     Attributes:
         endpoint_id: the endpoint.
-        limit: the new limit (calls in flight).
-        previous: the limit last reported (the initial limit at first).
+        limit: the new limit in force (calls in flight).
+        previous: the limit in force last reported (at first, the one it started with).
     """
 
     endpoint_id: str

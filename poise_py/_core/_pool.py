@@ -778,7 +778,7 @@ class Pool:
             member.stale = sat_add(member.stale)
             if not member.live:
                 return
-        shared = overload and fault is not None and self._loaded(member, now)
+        shared = overload and fault is not None and self._loaded(member, now, mark=not ticket.probe)
         before = circuit.suppressed_ejections
         degraded = circuit.degraded
         guard = self.guard
@@ -857,12 +857,15 @@ class Pool:
             if transition is not None:
                 self._moved(other, transition)
 
-    def _loaded(self, member: Member, now: float) -> bool:
+    def _loaded(self, member: Member, now: float, *, mark: bool = True) -> bool:
         """Whether ``member``'s load-shaped failure is the pool's load: another endpoint had one recently.
 
-        Marks ``member`` (the next endpoint to fail this way sees it) and forgets marks older
-        than the circuit policy's ``overload_window``; None there: never (every failure is
-        the endpoint's own, as before 0.3).
+        With ``mark``, marks ``member`` (the next endpoint to fail this way sees it); not for
+        a probe's failure, which reads the marks but leaves none: an ejected endpoint's probe
+        timing out is no sign that the ones in rotation are loaded (a dead endpoint's probes
+        would shield another dead one still in rotation). Forgets marks older than the
+        circuit policy's ``overload_window``; None there: never (every failure is the
+        endpoint's own, as before 0.3).
         """
         window = self.circuit_policy.overload_window
         if window is None:
@@ -879,8 +882,9 @@ class Pool:
                 break
         for other in stale:
             del marks[other]
-        marks.pop(member, None)
-        marks[member] = now  # latest last: the freshest marks are found last, the stale first
+        if mark:
+            marks.pop(member, None)
+            marks[member] = now  # latest last: the freshest marks are found last, the stale first
         if loaded:
             self.load.shared_faults = sat_add(self.load.shared_faults)
         return loaded

@@ -111,3 +111,21 @@ def test_the_overload_window_is_checked_naming_it() -> None:
         poise.CircuitPolicy(overload_window=0)
     with pytest.raises(poise.ConfigError, match=r"CircuitPolicy\.overload_window"):
         poise.CircuitPolicy(overload_window="10")  # type: ignore[arg-type]
+
+
+def test_an_ejected_endpoints_failed_probe_is_no_evidence_that_the_pool_is_loaded() -> None:
+    pool = pool_of("a", "b", "c", "d")
+    for i in range(5):
+        fail_on(pool, "a", float(i), overload=True)  # a is dead: ejected alone
+    a = state_of(pool, "a")
+    assert a.circuit.state is poise.CircuitState.OPEN
+    reopen_at = a.circuit.reopen_at
+    assert reopen_at is not None
+    pool.handle_timer(reopen_at)
+    probe, ticket, _, _ = pool.select(reopen_at, exclude=["b", "c", "d"])
+    assert probe is a and ticket.probe
+    pool.complete(a, ticket, S, reopen_at, latency=1.0, overload=True)  # its probe times out too
+    for i in range(5):
+        fail_on(pool, "b", reopen_at + 0.1 * (i + 1), overload=True)  # a second dead endpoint, in rotation
+    assert state_of(pool, "b").circuit.state is poise.CircuitState.OPEN  # ejected on its own five, not shielded
+    assert pool.load.shared_faults == 0
