@@ -123,7 +123,8 @@ def test_an_ejected_endpoints_failed_probe_is_no_evidence_that_the_pool_is_loade
     assert reopen_at is not None
     pool.handle_timer(reopen_at)
     probe, ticket, _, _ = pool.select(reopen_at, exclude=["b", "c", "d"])
-    assert probe is a and ticket.probe
+    assert probe is a
+    assert ticket.probe
     pool.complete(a, ticket, S, reopen_at, latency=1.0, overload=True)  # its probe times out too
     for i in range(5):
         fail_on(pool, "b", reopen_at + 0.1 * (i + 1), overload=True)  # a second dead endpoint, in rotation
