@@ -220,6 +220,7 @@ class Attempts:
         try:
             permit = self._acquire(loop.exclude)
         except SelectionError:
+            loop.unsent()  # not sent: the budget gets its withdrawal back
             return None
         return self._take(permit)
 
@@ -241,6 +242,7 @@ class Attempts:
             self._done = True
             if not loop.attempts_made:
                 raise
+            loop.unsent()  # the retry was not sent: the budget gets its withdrawal back
             return None
         return self._take(permit)
 

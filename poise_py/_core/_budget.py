@@ -81,6 +81,17 @@ class Budget:
         self._withdrawals[self._slot(now)] += 1
         return True
 
+    def refund(self, at: float) -> None:
+        """Give back a withdrawal made at ``at`` that went unspent (its retry or hedge found no endpoint).
+
+        Nothing if ``at``'s slice has passed out of the window since: its withdrawals no
+        longer count anyway.
+        """
+        tick = int(at // self._width)
+        i = tick % self._n
+        if self._ticks[i] == tick and self._withdrawals[i]:
+            self._withdrawals[i] -= 1
+
     def balance(self, now: float) -> float:
         """Retries still allowed now (may be fractional)."""
         deposits, withdrawals = self._totals(now)

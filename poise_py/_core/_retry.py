@@ -61,13 +61,15 @@ def check_attempts(attempts: object, field: str = "attempts") -> int:
 class RetryLoop:
     """The retry state of one logical request: endpoints tried, attempts made, the shared budget."""
 
-    __slots__ = ("_attempts", "_budget", "_made", "_tried")
+    __slots__ = ("_attempts", "_budget", "_made", "_tried", "_withdrawn")
 
     def __init__(self, budget: Budget, attempts: object) -> None:
         self._budget = budget
         self._attempts = check_attempts(attempts)
         self._made = 0
         self._tried: list[str] = []
+        self._withdrawn: float | None = None
+        """When the budget granted the retry or hedge not yet sent, or None."""
 
     @property
     def exclude(self) -> list[str]:
@@ -84,9 +86,22 @@ class RetryLoop:
         self._budget.deposit(now)
 
     def attempt(self, endpoint_id: str) -> None:
-        """An attempt goes to ``endpoint_id``."""
+        """An attempt goes to ``endpoint_id`` (a withdrawal granted for it is spent)."""
         self._made += 1
         self._tried.append(endpoint_id)
+        self._withdrawn = None
+
+    def unsent(self) -> None:
+        """The retry or hedge the budget granted found no endpoint: its withdrawal goes back."""
+        if self._withdrawn is not None:
+            self._budget.refund(self._withdrawn)
+            self._withdrawn = None
+
+    def _withdraw(self, now: float) -> bool:
+        if not self._budget.try_withdraw(now):
+            return False
+        self._withdrawn = now
+        return True
 
     def may_hedge(self, now: float, *, pool_size: int | None = None) -> bool:
         """Whether a hedge may start now (a True has withdrawn from the budget, as a retry does)."""
@@ -94,7 +109,7 @@ class RetryLoop:
             return False
         if pool_size is not None and len(self._tried) >= pool_size:
             return False
-        return self._budget.try_withdraw(now)
+        return self._withdraw(now)
 
     def after_fault(
         self, fault: Fault, now: float, *, pool_size: int | None = None, time_left: float | None = None
@@ -116,6 +131,6 @@ class RetryLoop:
             return AfterFault.DEADLINE_PASSED
         if pool_size is not None and len(self._tried) >= pool_size:
             return AfterFault.POOL_SPENT
-        if not self._budget.try_withdraw(now):
+        if not self._withdraw(now):
             return AfterFault.BUDGET_SPENT
         return AfterFault.RETRY

@@ -642,6 +642,7 @@ class Engine:
             retries.start(self.now)
         permit = self._select(request)
         if permit is None:
+            retries.unsent()  # a retry that found no endpoint gives its withdrawal back, as lb.call's does
             self._finish(request, ok=False)
             return
         self._send(request, permit)
@@ -766,7 +767,10 @@ class Engine:
         lb = self._lbs[request.instance]
         if not request.retries.may_hedge(self.now, pool_size=lb._internals.pool_size):
             return None
-        return self._select(request)
+        permit = self._select(request)
+        if permit is None:
+            request.retries.unsent()
+        return permit
 
     def _complete_hedged(self, request: _Request, race: _Hedging, permit: Permit, error: Observation | None) -> None:
         flight = next(f for f in race.live if f.permit is permit)
