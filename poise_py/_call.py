@@ -147,7 +147,7 @@ async def hedged(
                 answer.append(value)
                 state.observe(now() - started)
                 if is_hedge:
-                    state.won += 1
+                    state.win()
                 end(attempt, task_group)
         finally:
             live.discard(attempt)

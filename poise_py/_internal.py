@@ -87,7 +87,18 @@ class BalancerInternals:
         random: the balancer's seeded uniform draw (the backoff's jitter).
     """
 
-    __slots__ = ("_acquire", "_budget", "_classifier", "_clock", "_hedges", "_log", "_pool", "_random", "_timer")
+    __slots__ = (
+        "_acquire",
+        "_budget",
+        "_classifier",
+        "_clock",
+        "_hedge_totals",
+        "_hedges",
+        "_log",
+        "_pool",
+        "_random",
+        "_timer",
+    )
 
     def __init__(
         self,
@@ -104,6 +115,8 @@ class BalancerInternals:
         self._acquire = acquire
         self._random = random
         self._hedges: dict[tuple[Hedge, Hashable], HedgeState] = {}
+        self._hedge_totals = [0, 0, 0]
+        """Hedged requests, hedges sent, hedges won, over every call site ever kept."""
         self._clock = clock
         self._budget = budget
         self._classifier = classifier
@@ -226,13 +239,13 @@ class BalancerInternals:
         if state is None:
             if len(states) >= HEDGE_SCOPES:
                 states.pop(next(iter(states)))
-            state = states[hedge, scope] = HedgeState(hedge)
+            state = states[hedge, scope] = HedgeState(hedge, self._hedge_totals)
         return state
 
     def hedge_totals(self) -> tuple[int, int, int]:
-        """(requests hedging was on for, hedges sent, hedges that won), over every call site."""
-        states = self._hedges.values()
-        return (sum(s.requests for s in states), sum(s.sent for s in states), sum(s.won for s in states))
+        """(requests hedging was on for, hedges sent, hedges that won), over every call site since the start."""
+        requests, sent, won = self._hedge_totals
+        return requests, sent, won
 
     def _pool_size(self) -> int:
         return len(self._pool.members)

@@ -125,12 +125,27 @@ class HedgeState:
         requests: requests started with this hedge policy.
         sent: hedges sent.
         won: hedges whose answer was the request's answer.
+        totals: the balancer's ``[requests, sent, won]`` over every call site, counted with
+            this one's (a call site forgotten later takes nothing back from them).
     """
 
-    __slots__ = ("_delay", "_fresh", "_next", "_samples", "_sorted", "_tokens", "hedge", "requests", "sent", "won")
+    __slots__ = (
+        "_delay",
+        "_fresh",
+        "_next",
+        "_samples",
+        "_sorted",
+        "_tokens",
+        "hedge",
+        "requests",
+        "sent",
+        "totals",
+        "won",
+    )
 
-    def __init__(self, hedge: Hedge) -> None:
+    def __init__(self, hedge: Hedge, totals: list[int] | None = None) -> None:
         self.hedge = hedge
+        self.totals: list[int] = [0, 0, 0] if totals is None else totals
         self._samples: list[float] = []
         self._next = 0
         self._sorted: list[float] = []
@@ -145,6 +160,7 @@ class HedgeState:
     def started(self) -> None:
         """A request begins: it earns ``max_extra_load`` of a hedge."""
         self.requests += 1
+        self.totals[0] += 1
         self._tokens = min(BURST, self._tokens + self.hedge.max_extra_load)
 
     def delay(self) -> float | None:
@@ -159,6 +175,12 @@ class HedgeState:
         """A hedge is sent: it costs one from the allowance."""
         self._tokens -= 1.0
         self.sent += 1
+        self.totals[1] += 1
+
+    def win(self) -> None:
+        """A hedge's answer was the request's answer."""
+        self.won += 1
+        self.totals[2] += 1
 
     def observe(self, latency: float) -> None:
         """A successful attempt took ``latency`` seconds (a cancelled or failed one is not a sample)."""

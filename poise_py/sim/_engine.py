@@ -779,7 +779,7 @@ class Engine:
             self._report_success(permit)
             race.state.observe(self.now - flight.started)
             if flight.hedge:
-                race.state.won += 1
+                race.state.win()
             self._supersede(race)
             self._finish(request, ok=True)
             return

@@ -200,6 +200,20 @@ async def test_cancelling_a_hedged_call_cancels_every_attempt() -> None:
     assert sum(stats.pool.faults.values()) == 0
 
 
+async def test_the_pools_hedge_counters_never_go_back_when_call_sites_are_forgotten() -> None:
+    lb = balancer(["a", "b"])
+    fast = latencies({"a": 0.0, "b": 0.0})
+    async with lb:
+        for _ in range(100):
+            await lb.call(fast, hedge=poise.Hedge(delay=0.5))
+        seen = []
+        for i in range(300):  # more call sites than the balancer keeps: the oldest are forgotten
+            await lb.call(fast, hedge=poise.Hedge(delay=1.0 + i / 1000))
+            seen.append(lb.statistics().pool.hedged_requests)
+    assert seen == sorted(seen)
+    assert seen[-1] == 400
+
+
 async def test_hedge_is_validated() -> None:
     lb = balancer(["a"])
     async with lb:
