@@ -41,6 +41,7 @@ from ._default_classifier import Classifier, default_classifier
 from ._discovery import DiscoveryEnd, StaticDiscovery, Update
 from ._endpoint import AdminStatus
 from ._errors import (
+    DISCOVERY_CLOSED,
     AlreadyRunning,
     ConfigError,
     DiscoveryClosed,
@@ -307,7 +308,7 @@ class LoadBalancer(PermitIssuer):
         self._running = False
         self._gate = 0
         self._task_group = None
-        self._waiting.close(not_running())
+        self._waiting.close(not_running)
         task_group.cancel_scope.cancel()
         if self._health is not None:
             self._health.detach()
@@ -649,6 +650,8 @@ class LoadBalancer(PermitIssuer):
             self._membership.clear(self._clock())
             self._closed = True
             self._gate = 0
+            waiting = self._waiting  # nothing can come now: a waiter ends as a new acquire would
+            waiting.close(lambda: waiting.explained(DiscoveryClosed(DISCOVERY_CLOSED)))
             logger.warning("poise_py: the discovery stream ended; failing closed")
         else:
             logger.info("poise_py: the discovery stream ended; serving the last known good pool")

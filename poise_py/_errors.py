@@ -108,6 +108,10 @@ class DiscoveryClosed(SelectionError):  # noqa: N818 - the contract's name
     """Raised by ``acquire`` after the discovery stream ended under ``DiscoveryEnd.FAIL_CLOSED``."""
 
 
+DISCOVERY_CLOSED = "the discovery stream ended and the balancer fails closed"
+""":class:`DiscoveryClosed`'s message, for ``acquire`` and for the callers that were waiting."""
+
+
 class NotDraining(PoiseError):  # noqa: N818 - reads as a state
     """Raised by ``LoadBalancer.drained`` when the endpoint is not DRAINING or DISABLED.
 

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Final, overload
 
 from ._call_observers import CallObserver, ObservedPermit
 from ._core._native import mypyc_attr
-from ._errors import ConfigError, DiscoveryClosed, NoEligibleEndpoints, NotRunning, SelectionError, WrongThread
+from ._errors import (
+    DISCOVERY_CLOSED,
+    ConfigError,
+    DiscoveryClosed,
+    NoEligibleEndpoints,
+    NotRunning,
+    SelectionError,
+    WrongThread,
+)
 from ._permit import Permit
 from ._waiting import PendingPermit
 
@@ -140,7 +148,7 @@ class PermitIssuer:
                 "acquire() was called from another thread: a LoadBalancer belongs to the event loop that "
                 "runs its `async with` block; hand the call to that loop (anyio.from_thread.run)"
             )
-        closed = DiscoveryClosed("the discovery stream ended and the balancer fails closed")
+        closed = DiscoveryClosed(DISCOVERY_CLOSED)
         self._telemetry.selection_failed(closed, self._clock())
         raise closed
 

@@ -7,12 +7,14 @@ A caller that asks to wait and finds nothing eligible joins one FIFO queue
 the balancer's one timer (:mod:`poise_py._timer`):
 
 - when the pool's eligible set may have grown (a circuit moved, an endpoint joined, came
-  back or freed a concurrency slot: :meth:`WaitQueue.changed`), the queue is due at once
-  and the timer serves it: the head waiter's selection is tried, and on success the permit
-  is handed to that waiter and the next one is tried, until a selection fails. A circuit
-  that half-opens therefore hands its ``permitted_probes`` probe permits to the first
-  waiters, and the rest wait for the verdict (a success closes the circuit: everyone is
-  served; a failure reopens it);
+  back or freed a concurrency slot: :meth:`WaitQueue.changed`), or another caller joined,
+  the queue is due at once and the timer serves it in arrival order: each waiter whose
+  selection succeeds is handed its permit; once one fails, the waiters behind it asking
+  for the same (key and exclude) are not tried again in that pass. A circuit that
+  half-opens therefore hands its ``permitted_probes`` probe permits to the first waiters,
+  and the rest wait for the verdict (a success closes the circuit: everyone is served; a
+  failure reopens it), while a waiter that cannot be served holds back no one asking for
+  something else;
 - when a waiter's time ends its selection is tried once more, and if that fails too the
   waiter gets the selection error (``NoEligibleEndpoints`` with its ``retry_after``), at
   the exact instant, on the balancer's clock (an injected clock included).
@@ -132,6 +134,8 @@ class WaitQueue:
         waiter = _Waiter(key, exclude, self._clock() + wait)
         if not self._queue:
             self._signal(True)
+        else:
+            self._due = True  # its turn is behind the others, but it may want what they cannot take
         self._queue.append(waiter)
         heapq.heappush(self._expiries, (waiter.deadline, next(self._order), waiter))
         self.waited += 1
@@ -148,10 +152,10 @@ class WaitQueue:
         if permit is not None and not permit.done:
             permit.cancel(superseded=True)  # handed over, never taken up: no strike, no success, not counted
 
-    def close(self, error: BaseException) -> None:
-        """The balancer stops: every waiter ends with ``error``."""
+    def close(self, error: Callable[[], BaseException]) -> None:
+        """Nothing can come any more (the balancer stops, discovery fails closed): each waiter ends with ``error()``."""
         while self._queue:
-            self._queue.popleft().refuse(error)
+            self._queue.popleft().refuse(error())
         self._expiries.clear()
         self._signal(False)
 
@@ -178,18 +182,32 @@ class WaitQueue:
         return expiries[0][0] if expiries else None
 
     def handle_timer(self, now: float) -> None:
-        """Serve the queue from its head while selections succeed; end the waits that are over."""
+        """Serve the queue in arrival order, each waiter whose selection succeeds; end the waits that are over.
+
+        A waiter that cannot be served keeps its place and holds back no one who asks for
+        something else (another ``exclude`` or ``key``); once a selection fails, the waiters
+        behind it asking for the same are not tried again in this pass (they would fail too:
+        a half-open circuit's probes go to the first waiters, the rest wait for the verdict).
+        """
         self._due = False
         queue = self._queue
-        while queue:
-            head = queue[0]
+        failed: set[tuple[Hashable | None, frozenset[str]]] = set()
+        served: list[_Waiter] = []
+        for waiter in queue:
+            wants = (waiter.key, frozenset(waiter.exclude))
+            if wants in failed:
+                continue
             try:
-                permit = self._select(head.key, head.exclude)
+                permit = self._select(waiter.key, waiter.exclude)
             except SelectionError:
-                self._demand()  # still wanted: a fleet's waiting round leases for it
-                break
-            queue.popleft()
-            head.grant(permit)
+                failed.add(wants)
+                continue
+            served.append(waiter)
+            waiter.grant(permit)
+        if served:
+            self._queue = queue = deque(w for w in queue if not w.settled)
+        if failed:
+            self._demand()  # still wanted: a fleet's waiting round leases for it
         expiries = self._expiries
         while expiries and expiries[0][0] <= now:
             _, _, waiter = heapq.heappop(expiries)

@@ -214,3 +214,55 @@ async def test_wait_is_validated() -> None:
         for bad in (-1, float("nan"), "5", True):
             with pytest.raises(poise.ConfigError, match="wait"):
                 lb.acquire(wait=bad)  # type: ignore[arg-type]
+
+
+async def test_a_waiter_that_cannot_be_served_holds_back_no_one_who_asks_for_something_else() -> None:
+    lb = balancer(["a", "b"])
+    async with lb:
+        async with lb.acquire(exclude=["b"]) as permit:
+            permit.fail(Fault.TRANSIENT, retry_after=60.0)  # a is OPEN for a minute
+        served: list[tuple[str, float]] = []
+
+        async def head() -> None:
+            with pytest.raises(poise.NoEligibleEndpoints):
+                async with lb.acquire(exclude=["b"], wait=30.0):  # only a will do: it waits
+                    pass
+
+        async def second() -> None:
+            start = anyio.current_time()
+            async with lb.acquire(wait=20.0) as permit:  # b is eligible the whole time
+                served.append((permit.endpoint.id, anyio.current_time() - start))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(head)
+            await anyio.sleep(0.01)
+            tg.start_soon(second)
+    assert served == [("b", 0.0)]
+
+
+async def test_waiters_end_with_discovery_closed_when_discovery_fails_closed() -> None:
+    publisher = poise.DiscoveryPublisher()
+    lb = poise.LoadBalancer(publisher.subscribe(), on_discovery_end=poise.DiscoveryEnd.FAIL_CLOSED)
+    ended: list[tuple[str, float]] = []
+    async with lb:
+        publisher.publish(poise.Snapshot(revision=1, endpoints=[poise.Endpoint("a")]))
+        await lb.wait_ready(timeout=5)
+        async with lb.acquire() as permit:
+            permit.fail(Fault.TRANSIENT, retry_after=60.0)
+
+        async def waiter() -> None:
+            try:
+                async with lb.acquire(wait=30.0):
+                    pass
+            except poise.SelectionError as exc:
+                ended.append((type(exc).__name__, anyio.current_time()))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(waiter)
+            await anyio.sleep(1.0)
+            closed_at = anyio.current_time()
+            publisher.close()
+        with pytest.raises(poise.DiscoveryClosed):
+            lb.acquire(wait=5.0)
+    assert ended == [("DiscoveryClosed", closed_at)] * 3
