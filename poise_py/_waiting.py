@@ -55,11 +55,13 @@ def waitable(error: SelectionError) -> bool:
 
 
 class _Waiter:
-    __slots__ = ("deadline", "error", "event", "exclude", "key", "permit", "settled")
+    __slots__ = ("deadline", "error", "event", "exclude", "key", "permit", "settled", "wants")
 
     def __init__(self, key: Hashable | None, exclude: Collection[str], deadline: float) -> None:
         self.key: Hashable | None = key
         self.exclude: Collection[str] = exclude
+        self.wants: tuple[Hashable | None, frozenset[str]] = (key, frozenset(exclude))
+        """What it asks for: waiters asking the same are served alike."""
         self.deadline: float = deadline
         self.event: anyio.Event | None = None  # made by the waiting task (the queue itself is sans-IO)
         self.permit: Permit | None = None
@@ -194,7 +196,7 @@ class WaitQueue:
         failed: set[tuple[Hashable | None, frozenset[str]]] = set()
         served: list[_Waiter] = []
         for waiter in queue:
-            wants = (waiter.key, frozenset(waiter.exclude))
+            wants = waiter.wants
             if wants in failed:
                 continue
             try:
