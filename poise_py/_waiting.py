@@ -60,6 +60,10 @@ class _Waiter:
     def __init__(self, key: Hashable | None, exclude: Collection[str], deadline: float) -> None:
         self.key: Hashable | None = key
         self.exclude: Collection[str] = exclude
+        try:
+            hash(key)
+        except TypeError:  # a key no policy reads may be anything: such a waiter asks alone
+            key = object()
         self.wants: tuple[Hashable | None, frozenset[str]] = (key, frozenset(exclude))
         """What it asks for: waiters asking the same are served alike."""
         self.deadline: float = deadline

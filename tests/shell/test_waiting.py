@@ -266,3 +266,19 @@ async def test_waiters_end_with_discovery_closed_when_discovery_fails_closed() -
         with pytest.raises(poise.DiscoveryClosed):
             lb.acquire(wait=5.0)
     assert ended == [("DiscoveryClosed", closed_at)] * 3
+
+
+async def test_a_waiter_with_a_key_no_policy_hashes_is_served_like_any_other() -> None:
+    lb = balancer(["a"])  # round robin reads no key, so any object will do
+    async with lb:
+        await rate_limit_everything(lb, 1, retry_after=5.0)
+        served: list[str] = []
+
+        async def waiter(key: object) -> None:
+            async with lb.acquire(key=key, wait=10.0) as permit:
+                served.append(permit.endpoint.id)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter, [1, 2])  # unhashable
+            tg.start_soon(waiter, None)
+    assert sorted(served) == ["a", "a"]
