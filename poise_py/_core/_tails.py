@@ -69,7 +69,7 @@ class Quantile:
     def __attrs_post_init__(self) -> None:
         check_count("Quantile.min_samples", self.min_samples, maximum=SAMPLES)
         if self.initial is not None:
-            check_duration("Quantile.initial", self.initial)
+            check_duration("Quantile.initial", self.initial, allow_zero=True)  # as Hedge.delay: 0 hedges at once
 
 
 def _check_delay(delay: object) -> float | Quantile:

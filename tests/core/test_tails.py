@@ -127,3 +127,11 @@ def test_may_hedge_needs_an_attempt_left_an_untried_endpoint_and_the_budget() ->
     assert budget.denied == 1
     loop.attempt("c")
     assert not loop.may_hedge(0.0, pool_size=9)  # no attempt left
+
+
+def test_a_quantiles_initial_delay_may_be_zero_as_a_fixed_delay_may() -> None:
+    assert poise.Quantile(q=0.9, initial=0).initial == 0
+    assert poise.Hedge(delay=0).delay == 0.0
+    with pytest.raises(poise.ConfigError) as info:
+        poise.Quantile(q=0.9, initial=-1)
+    assert info.value.knob == "Quantile.initial"
