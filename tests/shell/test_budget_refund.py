@@ -23,6 +23,16 @@ def test_a_refund_gives_back_one_withdrawal_of_its_slice_only() -> None:
     assert not budget.try_withdraw(2.5)
 
 
+def capped_pair() -> poise.LoadBalancer:
+    """Endpoints a and b, one call in flight each, and a budget of one retry."""
+    return poise.LoadBalancer(
+        poise.StaticDiscovery([poise.Endpoint("a"), poise.Endpoint("b")]),
+        policy=poise.RoundRobin(),
+        max_in_flight=1,
+        retry_budget=ONE_RETRY,
+    )
+
+
 def failing_on(*ids: str) -> object:
     async def call(endpoint: poise.Endpoint) -> str:
         if endpoint.id in ids:
@@ -33,12 +43,7 @@ def failing_on(*ids: str) -> object:
 
 
 async def test_a_retry_that_finds_no_endpoint_leaves_the_budget_as_it_was() -> None:
-    lb = poise.LoadBalancer(
-        poise.StaticDiscovery([poise.Endpoint("a"), poise.Endpoint("b")]),
-        policy=poise.RoundRobin(),
-        max_in_flight=1,
-        retry_budget=ONE_RETRY,
-    )
+    lb = capped_pair()
     async with lb:
         held = lb.acquire(exclude=["a"])  # b is full: a retry can go nowhere
         with pytest.raises(ConnectionRefusedError):
@@ -51,12 +56,7 @@ async def test_a_retry_that_finds_no_endpoint_leaves_the_budget_as_it_was() -> N
 
 
 async def test_a_hedge_that_cannot_go_leaves_the_budget_as_it_was() -> None:
-    lb = poise.LoadBalancer(
-        poise.StaticDiscovery([poise.Endpoint("a"), poise.Endpoint("b")]),
-        policy=poise.RoundRobin(),
-        max_in_flight=1,
-        retry_budget=ONE_RETRY,
-    )
+    lb = capped_pair()
 
     async def slow(endpoint: poise.Endpoint) -> str:
         await anyio.sleep(0.2)
