@@ -34,7 +34,8 @@ class Permit:
     non-``Exception`` such as ``KeyboardInterrupt``) -> cancellation, which is not a
     fault. An explicit :meth:`succeed`, :meth:`fail` or :meth:`cancel` inside the block
     wins over the exit. Reporting twice raises :class:`PermitError`, and so does entering
-    a permit a second time (one permit is one call: take a new one for the next). A permit
+    a permit a second time, or one already reported (one permit is one call: take a new
+    one for the next). A permit
     garbage-collected without a report (never entered, say) still counts as a
     cancellation, and emits a :class:`ResourceWarning` naming it, as an unclosed asyncio
     transport does.
@@ -158,6 +159,8 @@ class Permit:
     async def __aenter__(self) -> Permit:
         if self._entered:
             raise PermitError(f"{self!r} was already entered: one permit is one call, acquire a new one")
+        if self._done:  # the block's outcome would have nowhere to go
+            raise PermitError(f"{self!r} was already reported: one permit is one call, acquire a new one")
         self._entered = True
         return self
 

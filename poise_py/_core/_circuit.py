@@ -742,11 +742,13 @@ class Circuit:
         n = policy.consecutive_failures
         if n is not None and self.tally.runs & LOW >= n:
             return Cause.CONSECUTIVE_FAILURES
+        # The rates as divisions, not ``rate * volume``: 55 of 100 is exactly the float 0.55,
+        # where 0.55 * 100 is 55.00000000000001 and would not trip (volume >= 1 here).
         rate = policy.failure_rate
-        if rate is not None and failures >= rate * volume and (quorum is None or quorum(now)):
+        if rate is not None and failures / volume >= rate and (quorum is None or quorum(now)):
             return Cause.FAILURE_RATE
         rate = policy.slow_call_rate
-        if rate is not None and slow >= rate * volume:
+        if rate is not None and slow / volume >= rate:
             return Cause.SLOW_CALL_RATE
         return None
 

@@ -210,6 +210,16 @@ async def test_entering_a_permit_twice_raises_permit_error_and_records_one_outco
         assert lb.snapshot()["a"].counters.successes == 1
 
 
+async def test_entering_a_permit_already_reported_raises_permit_error(clock: Any) -> None:
+    async with static_lb("a", clock=clock) as lb:
+        permit = lb.acquire()
+        permit.succeed()
+        with pytest.raises(poise.PermitError, match="already reported"):
+            async with permit:
+                pytest.fail("a call whose outcome has nowhere to go must not run")
+        assert lb.snapshot()["a"].counters.successes == 1
+
+
 async def test_acquire_from_another_thread_raises_wrong_thread() -> None:
     async with static_lb("a") as lb:
         with pytest.raises(poise.WrongThread, match="event loop"):

@@ -206,6 +206,25 @@ async def test_failure_rate_over_a_count_window_trips_with_volume(clock: FakeClo
         assert lb.snapshot()["a"].state is CircuitState.OPEN  # 5/10
 
 
+@pytest.mark.parametrize(("rate", "failures", "volume"), [(0.55, 55, 100), (0.14, 7, 50), (0.3, 3, 10)])
+async def test_a_failure_rate_trips_at_exactly_its_fraction(
+    clock: FakeClock, rate: float, failures: int, volume: int
+) -> None:
+    policy = poise.CircuitPolicy(
+        consecutive_failures=None,
+        consecutive_transient_failures=None,
+        failure_rate=rate,
+        minimum_volume=volume,
+        window=poise.CountWindow(volume),
+    )
+    async with static_lb("a", circuit=policy, clock=clock) as lb:
+        for i in range(volume):
+            async with lb.acquire() as permit:
+                if i >= volume - failures:
+                    permit.fail()
+        assert lb.snapshot()["a"].state is CircuitState.OPEN  # rate * volume is 55.00000000000001 for 0.55
+
+
 async def test_a_time_window_forgets_old_failures(clock: FakeClock) -> None:
     policy = poise.CircuitPolicy(
         consecutive_failures=None,
