@@ -45,7 +45,7 @@ from ._default_classifier import Classifier, classifier_problem
 from ._errors import ConfigError
 from ._extras import install_hint, missing_extra, require
 from ._faults import Classification, Fault
-from ._knobs import check_count, check_duration, check_number, is_number
+from ._knobs import RESOLUTION, check_count, check_duration, check_number, is_number
 from ._logs import SHOWN_TEXT, LimitedLog
 from ._redact import shown
 from ._timer import Timer
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from ._permit import Permit
 
 __all__ = [
+    "RESOLUTION",
     "SHOWN_TEXT",
     "AfterFault",
     "BalancerInternals",

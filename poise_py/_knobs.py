@@ -41,8 +41,17 @@ def check_bool(knob: str, value: object) -> bool:
     return value
 
 
-def check_duration(knob: str, value: float, *, allow_zero: bool = False) -> float:
-    """A finite number of seconds, > 0 (or >= 0 with ``allow_zero``)."""
+RESOLUTION = 1e-3
+"""The shortest period a timer is asked to keep (a millisecond): an interval or a window's
+slice any shorter is lost in the clock's rounding (``now + 1e-12 == now`` at ``now = 1e5``),
+so a periodic task would be due again at the instant it ran, for ever."""
+
+
+def check_duration(knob: str, value: float, *, allow_zero: bool = False, minimum: float = 0.0) -> float:
+    """A finite number of seconds, > 0 (or >= 0 with ``allow_zero``), and >= ``minimum`` if given.
+
+    Give ``minimum=RESOLUTION`` to a period the timer repeats.
+    """
     if not is_number(value):
         raise ConfigError(knob, f"must be a number of seconds, got {value!r:.80}")
     v = as_float(value)
@@ -50,6 +59,8 @@ def check_duration(knob: str, value: float, *, allow_zero: bool = False) -> floa
         raise ConfigError(knob, f"must be finite, got {value!r:.80}")
     if v < 0 or (v == 0 and not allow_zero):
         raise ConfigError(knob, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r:.80}")
+    if v < minimum:
+        raise ConfigError(knob, f"must be at least {minimum:g} s (a period the timer repeats), got {value!r:.80}")
     return v
 
 

@@ -23,7 +23,7 @@ from ._default_classifier import Classifier, classifier_problem
 from ._discovery import DiscoveryEnd, Snapshot, Update
 from ._endpoint import MAX_IN_FLIGHT_LIMIT, Endpoint
 from ._errors import ConfigError
-from ._knobs import check_count, check_duration
+from ._knobs import RESOLUTION, check_count, check_duration
 from ._logs import LogLimit
 from ._membership import EndpointClose, EndpointFactory, Readiness
 
@@ -105,7 +105,7 @@ def checked_settings(
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise ConfigError("seed", f"must be an int or None, got {seed!r:.80}")
     if no_eligible_alert_after is not None:
-        no_eligible_alert_after = check_duration("no_eligible_alert_after", no_eligible_alert_after)
+        no_eligible_alert_after = check_duration("no_eligible_alert_after", no_eligible_alert_after, minimum=RESOLUTION)
     log_limit = LogLimit() if log_limit is None else log_limit
     if not isinstance(log_limit, LogLimit):
         raise ConfigError("log_limit", f"must be a LogLimit, got {log_limit!r}")

@@ -9,7 +9,7 @@ import attrs
 from .._core._circuit_policy import CircuitPolicy
 from .._core._ejection import Escalation
 from .._errors import ConfigError
-from .._knobs import check_duration, is_number
+from .._knobs import RESOLUTION, check_duration, is_number
 from ._memory import InMemoryStorage
 from ._protocol import BACKOFF_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, Storage
 
@@ -87,7 +87,7 @@ def _check_storage(instance: Coordination, attribute: attrs.Attribute[Storage], 
 
 
 def _check_duration(instance: Coordination, attribute: attrs.Attribute[float], value: float) -> None:
-    check_duration(f"Coordination.{attribute.name}", value)
+    check_duration(f"Coordination.{attribute.name}", value, minimum=RESOLUTION)  # periods and leases the timer keeps
 
 
 def _check_cap(instance: Coordination, attribute: object, value: float | None) -> None:

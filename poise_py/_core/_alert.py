@@ -64,6 +64,11 @@ class NoEligibleAlert:
         self._failures_seen = 0
         self._look_at: float | None = None
         """When the next look is due (None: no episode open)."""
+        self._report_at = 0.0
+        """When the open episode is reported: ``since + after``, computed once. Compared with
+        ``now`` as it is, never as ``now - since >= after``, which floating point can keep
+        false at ``now == since + after`` (3.2 + 5.0 - 3.2 is 4.999999999999999): the look
+        would be due again at once, for ever."""
 
     @property
     def episode_open(self) -> bool:
@@ -85,8 +90,8 @@ class NoEligibleAlert:
             self._alerted = False
             self._successes_at_start = view.successes()
             self._failures_seen = failures
-            self._look_at = now + after
-        elif not self._alerted and now - since >= after:
+            self._look_at = self._report_at = now + after
+        elif not self._alerted and now >= self._report_at:
             events = self._look(now, failures, view, failing=True)
         self._last_failure = now
         return events
@@ -126,8 +131,8 @@ class NoEligibleAlert:
         if self._alerted:
             self._look_at = now + after
             return _NONE
-        if now - since < after:
-            self._look_at = since + after
+        if now < self._report_at:
+            self._look_at = self._report_at
             return _NONE
         self._alerted = True
         self._look_at = now + after

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from .._errors import ConfigError
-from .._knobs import check_count, check_duration, check_share, optional
+from .._knobs import RESOLUTION, check_count, check_duration, check_share, optional
 from ._ejection import Escalation, HardCap
 from ._outlier import SuccessRateEjection
 from ._window import CountRing, TimeRing, Window
@@ -35,6 +35,11 @@ class TimeWindow:
     def __attrs_post_init__(self) -> None:
         check_duration("TimeWindow.duration", self.duration)
         check_count("TimeWindow.buckets", self.buckets, maximum=10_000)
+        if self.duration / self.buckets < RESOLUTION:  # a slice any shorter is lost in the clock's rounding
+            raise ConfigError(
+                "TimeWindow.duration",
+                f"must give each of its {self.buckets} buckets at least {RESOLUTION:g} s, got {self.duration!r:.80}",
+            )
 
     def build(self) -> Window:
         """Return a fresh window of this shape."""

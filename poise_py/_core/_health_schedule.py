@@ -46,7 +46,7 @@ import attrs
 
 from .._endpoint import AdminStatus, Endpoint
 from .._errors import ConfigError, IneligibleReason
-from .._knobs import check_bool, check_count, check_duration, check_share, optional
+from .._knobs import RESOLUTION, check_bool, check_count, check_duration, check_share, optional
 from ._record import sat_add
 
 Probe = Callable[[Endpoint], Awaitable[object]]
@@ -128,7 +128,7 @@ class HealthCheck:
                 f"must be an async callable (`async def probe(endpoint)`), got {self.probe!r}: "
                 "a plain function's result cannot be awaited, so every probe would fail",
             )
-        check_duration("HealthCheck.interval", self.interval)
+        check_duration("HealthCheck.interval", self.interval, minimum=RESOLUTION)
         fast = optional(check_duration, "HealthCheck.unhealthy_interval", self.unhealthy_interval)
         if fast is not None and fast > self.interval:
             raise ConfigError(

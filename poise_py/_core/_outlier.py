@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 import attrs
 
 from .._faults import Fault
-from .._knobs import check_count, check_duration, check_number
+from .._knobs import RESOLUTION, check_count, check_duration, check_number
 
 if TYPE_CHECKING:
     from ._record import Member
@@ -58,7 +58,7 @@ class SuccessRateEjection:
         check_number("SuccessRateEjection.stdev_factor", self.stdev_factor, low=0.0, high=100.0, low_open=True)
         check_count("SuccessRateEjection.minimum_hosts", self.minimum_hosts, minimum=2)
         check_count("SuccessRateEjection.request_volume", self.request_volume)
-        check_duration("SuccessRateEjection.interval", self.interval)
+        check_duration("SuccessRateEjection.interval", self.interval, minimum=RESOLUTION)
 
 
 def success_rate_outliers(config: SuccessRateEjection, samples: Sequence[tuple[T, int, int]]) -> list[T]:

@@ -13,7 +13,7 @@ import anyio
 from .._core._updates import Snapshot, Update
 from .._endpoint import Endpoint
 from .._errors import ConfigError
-from .._knobs import check_count, check_duration
+from .._knobs import RESOLUTION, check_count, check_duration
 
 logger = logging.getLogger("poise_py")
 
@@ -99,7 +99,7 @@ class DnsDiscovery:
             raise ConfigError("resolver", f"must be callable, got {resolver!r}")
         self.host = host
         self.port = port
-        self.interval: float = check_duration("interval", interval)
+        self.interval: float = check_duration("interval", interval, minimum=RESOLUTION)
         self._resolve = resolver or getaddrinfo_resolver(family)
         self._revision = 0
         self.error: Exception | None = None

@@ -41,7 +41,7 @@ import anyio
 from .._core._updates import Snapshot, Update
 from .._endpoint import Endpoint
 from .._errors import ConfigError, EndpointsFileError
-from .._knobs import check_count, check_duration
+from .._knobs import RESOLUTION, check_count, check_duration
 
 logger = logging.getLogger("poise_py")
 
@@ -404,7 +404,7 @@ class FileDiscovery:
         if not isinstance(name, str) or not name:
             raise ConfigError("path", f"must be a file name (a non-empty str or pathlib.Path), got {path!r:.80}")
         self.path: str = name
-        self.interval: float = check_duration("interval", interval)
+        self.interval: float = check_duration("interval", interval, minimum=RESOLUTION)
         fmt = _FORMATS.get(os.path.splitext(self.path)[1].lower()) if format is None else format
         if fmt is None:
             raise ConfigError(

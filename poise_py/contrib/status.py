@@ -67,7 +67,7 @@ from .. import (
     IneligibleReason,
     LoadBalancer,
 )
-from .._internal import SHOWN_TEXT, check_count, check_duration, require, shown
+from .._internal import RESOLUTION, SHOWN_TEXT, check_count, check_duration, require, shown
 from ._status_events import Entry, EventLog
 from ._status_history import CallRecorder, Point, Window
 
@@ -309,7 +309,7 @@ def _events_kept(value: Any) -> int:
 
 
 def _poll_interval(value: Any) -> float:
-    seconds = check_duration("poll_interval", value)
+    seconds = check_duration("poll_interval", value, minimum=RESOLUTION)
     if not MIN_POLL_INTERVAL <= seconds <= MAX_POLL_INTERVAL:
         raise ConfigError(
             "poll_interval",

@@ -99,3 +99,13 @@ def test_a_refusal_past_the_deadline_reports_at_once() -> None:
     (event,) = alert.refused(105.5, refusal(), failures=3, view=view)
     assert isinstance(event, poise.NoEligiblePersisting)
     assert event.at == 105.5
+
+
+def test_an_episode_opened_where_floating_point_rounds_is_still_reported_at_its_deadline() -> None:
+    alert, view = NoEligibleAlert(5.0), View()
+    alert.refused(3.2, refusal(), failures=1, view=view)  # 3.2 + 5.0 - 3.2 == 4.999999999999999
+    deadline = alert.next_deadline()
+    assert deadline == 3.2 + 5.0
+    (event,) = alert.handle_timer(deadline, failures=1, view=view)
+    assert isinstance(event, poise.NoEligiblePersisting)
+    assert alert.next_deadline() != deadline  # the next look is later: no look due again at once
