@@ -8,7 +8,7 @@ import math
 import attrs
 
 from ._errors import ConfigError
-from ._knobs import as_float, is_number
+from ._knobs import as_float, is_number, knob_repr
 
 
 class Fault(enum.Enum):
@@ -63,4 +63,4 @@ def check_retry_after(value: float | None) -> None:
     if value is None:
         return
     if not is_number(value) or not math.isfinite(as_float(value)) or value < 0:
-        raise ConfigError("retry_after", f"must be a finite number of seconds >= 0, got {value!r:.80}")
+        raise ConfigError("retry_after", f"must be a finite number of seconds >= 0, got {knob_repr(value):.80}")

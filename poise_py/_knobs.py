@@ -22,6 +22,18 @@ def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def knob_repr(value: object) -> str:
+    """``repr(value)`` for an error message.
+
+    An int too long for ``repr`` (past Python's 4,300 digits, which raises ``ValueError``) is
+    described instead.
+    """
+    try:
+        return repr(value)
+    except ValueError:
+        return f"an int of {value.bit_length()} bits" if isinstance(value, int) else object.__repr__(value)
+
+
 def as_float(value: int | float) -> float:
     """``value`` as a float; an int too large for one reads as infinite, with its sign.
 
@@ -37,7 +49,7 @@ def as_float(value: int | float) -> float:
 def check_bool(knob: str, value: object) -> bool:
     """A bool, exactly (1 and "yes" are refused)."""
     if not isinstance(value, bool):
-        raise ConfigError(knob, f"must be a bool, got {value!r:.80}")
+        raise ConfigError(knob, f"must be a bool, got {knob_repr(value):.80}")
     return value
 
 
@@ -53,14 +65,16 @@ def check_duration(knob: str, value: float, *, allow_zero: bool = False, minimum
     Give ``minimum=RESOLUTION`` to a period the timer repeats.
     """
     if not is_number(value):
-        raise ConfigError(knob, f"must be a number of seconds, got {value!r:.80}")
+        raise ConfigError(knob, f"must be a number of seconds, got {knob_repr(value):.80}")
     v = as_float(value)
     if math.isnan(v) or math.isinf(v):
-        raise ConfigError(knob, f"must be finite, got {value!r:.80}")
+        raise ConfigError(knob, f"must be finite, got {knob_repr(value):.80}")
     if v < 0 or (v == 0 and not allow_zero):
-        raise ConfigError(knob, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r:.80}")
+        raise ConfigError(knob, f"must be {'>= 0' if allow_zero else '> 0'}, got {knob_repr(value):.80}")
     if v < minimum:
-        raise ConfigError(knob, f"must be at least {minimum:g} s (a period the timer repeats), got {value!r:.80}")
+        raise ConfigError(
+            knob, f"must be at least {minimum:g} s (a period the timer repeats), got {knob_repr(value):.80}"
+        )
     return v
 
 
@@ -81,12 +95,12 @@ def check_share(
     low_mark, high_mark = "(" if low_open else "[", ")" if high_open else "]"
     span = f"{low_mark}0, {high:g}{high_mark}"
     if not is_number(value) or math.isnan(v := as_float(value)):
-        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r:.80}")
+        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {knob_repr(value):.80}")
     if v < 0 or (low_open and v == 0) or v > high or (high_open and v == high):
         hint = ""
         if high < v <= 100 * high:
             hint = f": {value!r} looks like a percent; shares are fractions, so write {v / 100:g}"
-        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {value!r:.80}{hint}")
+        raise ConfigError(knob, f"must be a fraction in {span} (0.5 = 50%), got {knob_repr(value):.80}{hint}")
     return v
 
 
@@ -101,32 +115,49 @@ def check_number(
 ) -> float:
     """A number (not NaN, and finite when ``high`` is infinite) in the range, ends open as asked."""
     if not is_number(value) or math.isnan(v := as_float(value)):
-        raise ConfigError(knob, f"must be a number, got {value!r:.80}")
+        raise ConfigError(knob, f"must be a number, got {knob_repr(value):.80}")
     if math.isinf(high):
         if not (v < math.inf and (v > low if low_open else v >= low)):
-            raise ConfigError(knob, f"must be a finite number {'>' if low_open else '>='} {low:g}, got {value!r:.80}")
+            raise ConfigError(
+                knob, f"must be a finite number {'>' if low_open else '>='} {low:g}, got {knob_repr(value):.80}"
+            )
     elif v < low or v > high or (low_open and v == low) or (high_open and v == high):
         span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise ConfigError(knob, f"must be in {span}, got {value!r:.80}")
+        raise ConfigError(knob, f"must be in {span}, got {knob_repr(value):.80}")
     return v
 
 
-def check_count(knob: str, value: int, *, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
-    """An int (not a bool) >= ``minimum``, and <= ``maximum`` if given; ``why`` explains the bound."""
+MAX_COUNT = 2**32 - 1
+"""The largest count a knob takes unless it says otherwise: where a consecutive run saturates,
+so a threshold above it could never be reached (and an int past a C size no buffer takes)."""
+
+
+def check_count(knob: str, value: int, *, minimum: int = 1, maximum: int | None = MAX_COUNT, why: str = "") -> int:
+    """An int (not a bool) in ``[minimum, maximum]`` (None: no maximum); ``why`` explains the bound."""
     if (
         not isinstance(value, int)
         or isinstance(value, bool)
         or value < minimum
         or (maximum is not None and value > maximum)
     ):
-        span = f">= {minimum}" if maximum is None else f"in [{minimum}, {_power(maximum)}]"
-        raise ConfigError(knob, f"must be an int {span}{f' ({why})' if why else ''}, got {value!r:.80}")
+        # The default bound is named only to a value past it: below, the message is as it always was.
+        past = maximum is not None and isinstance(value, int) and not isinstance(value, bool) and value > maximum
+        span = (
+            f">= {minimum}"
+            if maximum is None or (maximum == MAX_COUNT and not past)
+            else f"in [{minimum}, {_power(maximum)}]"
+        )
+        raise ConfigError(knob, f"must be an int {span}{f' ({why})' if why else ''}, got {knob_repr(value):.80}")
     return value
 
 
 def _power(n: int) -> str:
-    """``n`` as written in the docs: a large power of two as ``2**k``."""
-    return f"2**{n.bit_length() - 1}" if n >= 1 << 16 and n & (n - 1) == 0 else str(n)
+    """``n`` as written in the docs: a large power of two as ``2**k``, one less as ``2**k - 1``."""
+    if n >= 1 << 16 and n & (n - 1) == 0:
+        return f"2**{n.bit_length() - 1}"
+    if n >= 1 << 16 and n & (n + 1) == 0:
+        return f"2**{n.bit_length()} - 1"
+    return str(n)
 
 
 def optional(check: Callable[..., T], knob: str, value: Any, **bounds: Any) -> T | None:

@@ -44,7 +44,7 @@ from typing import Any
 import attrs
 
 from ._errors import ConfigError, PoiseError
-from ._knobs import as_float, is_number
+from ._knobs import as_float, is_number, knob_repr
 from ._redact import shown
 
 MAX_VALUE_LENGTH = 8192
@@ -74,12 +74,12 @@ class LoadReportError(PoiseError, ValueError):
 def _number(knob: str, value: object, *, signed: bool) -> float:
     """``value`` as a finite float (>= 0 unless ``signed``), -0.0 made 0.0."""
     if not is_number(value):
-        raise ConfigError(knob, f"must be a number, got {value!r:.80}")
+        raise ConfigError(knob, f"must be a number, got {knob_repr(value):.80}")
     number = as_float(value) + 0.0  # -0.0 + 0.0 == 0.0: one zero, one encoding
     if not math.isfinite(number):
-        raise ConfigError(knob, f"must be finite, got {value!r:.80}")
+        raise ConfigError(knob, f"must be finite, got {knob_repr(value):.80}")
     if number < 0 and not signed:
-        raise ConfigError(knob, f"must be >= 0, got {value!r:.80}")
+        raise ConfigError(knob, f"must be >= 0, got {knob_repr(value):.80}")
     return number
 
 
@@ -474,7 +474,7 @@ def _json_number(name: str, value: object, whole: str) -> float:
         except OverflowError:
             raise _refused(f"{name!r} is out of range", whole) from None
     else:
-        raise _refused(f"{name!r} has {value!r:.80}, not a number", whole)
+        raise _refused(f"{name!r} has {knob_repr(value):.80}, not a number", whole)
     if not math.isfinite(number):
         raise _refused(f"{name!r} is not finite", whole)
     return number

@@ -32,7 +32,7 @@ from typing import TypeVar
 import attrs
 
 from ._errors import ConfigError
-from ._knobs import as_float, is_number
+from ._knobs import as_float, is_number, knob_repr
 from ._load_report import _pairs, _text
 
 MAX_QUOTA_VALUE = 256
@@ -44,7 +44,7 @@ def _count(knob: str, value: object) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(knob, f"must be an int >= 0 or None, got {value!r:.80}")
+        raise ConfigError(knob, f"must be an int >= 0 or None, got {knob_repr(value):.80}")
     return value
 
 
@@ -52,7 +52,7 @@ def _seconds(knob: str, value: object) -> float | None:
     if value is None:
         return None
     if not is_number(value) or not math.isfinite(as_float(value)) or value < 0:
-        raise ConfigError(knob, f"must be a finite number of seconds >= 0 or None, got {value!r:.80}")
+        raise ConfigError(knob, f"must be a finite number of seconds >= 0 or None, got {knob_repr(value):.80}")
     return float(value) + 0.0
 
 

@@ -43,3 +43,32 @@ async def test_a_permit_refuses_such_a_retry_after_and_stays_unreported() -> Non
             permit.fail(retry_after=HUGE)
         assert not permit.done
         permit.succeed()
+
+
+@pytest.mark.parametrize(
+    ("make", "knob"),
+    [
+        (lambda: poise.LogLimit(burst=10**400), "LogLimit.burst"),
+        (lambda: poise.CircuitPolicy(success_threshold=10**400), "CircuitPolicy.success_threshold"),
+        (lambda: poise.CircuitPolicy(consecutive_failures=2**40), "CircuitPolicy.consecutive_failures"),
+        (lambda: poise.LogLimit(burst=10**5000), "LogLimit.burst"),  # past the 4,300 digits repr() takes
+        (lambda: poise.CircuitPolicy(max_retry_after=-(10**5000)), "CircuitPolicy.max_retry_after"),
+    ],
+)
+def test_a_count_past_2_to_the_32_and_an_int_repr_refuses_are_config_errors(
+    make: Callable[[], object], knob: str
+) -> None:
+    with pytest.raises(poise.ConfigError) as info:
+        make()
+    assert info.value.knob == knob
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.anyio
+async def test_an_event_buffer_no_deque_holds_is_a_config_error() -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    async with lb:
+        for buffer in (2**63, 10**400):
+            with pytest.raises(poise.ConfigError) as info:
+                lb.events(buffer=buffer)
+            assert info.value.knob == "buffer"
