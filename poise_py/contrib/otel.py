@@ -44,6 +44,7 @@ from .. import (
     BalancerStatistics,
     CallEnded,
     CircuitState,
+    ConfigError,
     Endpoint,
     EndpointSnapshot,
     LoadBalancer,
@@ -88,6 +89,8 @@ CIRCUIT_STATES: tuple[tuple[str, Callable[[EndpointSnapshot], bool]], ...] = (
     ("degraded", lambda e: e.state is CircuitState.CLOSED and e.degraded),
     ("open", lambda e: e.state is CircuitState.OPEN),
     ("half_open", lambda e: e.state is CircuitState.HALF_OPEN),
+    ("blocked", lambda e: e.state is CircuitState.BLOCKED),
+    ("retired", lambda e: e.state is CircuitState.RETIRED),
 )
 """Each value of ``poise.circuit.state`` and whether an endpoint is in it: one line per state."""
 
@@ -389,9 +392,9 @@ class Instrumentation:
         """Report nothing more (OpenTelemetry has no way to unregister an instrument)."""
         if self._closed:
             return
-        self._closed = True
         if self._record is not None:
-            self.lb.remove_call_observer(self._record)
+            self.lb.remove_call_observer(self._record)  # first: from another thread it raises, and nothing closed
+        self._closed = True
 
     @property
     def closed(self) -> bool:
@@ -464,6 +467,14 @@ def instrument(
     Returns:
         The :class:`Instrumentation`; call ``close()`` to stop reporting.
     """
+    if not isinstance(lb, LoadBalancer):  # checked before any instrument is registered
+        raise ConfigError("lb", f"must be a poise.LoadBalancer, got {type(lb).__name__}")
+    if meter_provider is not None and not callable(getattr(meter_provider, "get_meter", None)):
+        raise ConfigError(
+            "meter_provider", f"must be an OpenTelemetry MeterProvider, got {type(meter_provider).__name__}"
+        )
+    if not isinstance(meter_name, str) or not meter_name:
+        raise ConfigError("meter_name", f"must be a non-empty string, got {meter_name!r:.80}")
     provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
     meter = provider.get_meter(meter_name, __version__)
     names = (

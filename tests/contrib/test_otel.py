@@ -30,6 +30,7 @@ from poise_py._core._tally import SATURATED
 from poise_py.contrib import otel
 from poise_py.contrib.otel import (
     CIRCUIT_STATE,
+    CIRCUIT_STATES,
     ENDPOINT,
     MODE,
     OUTCOME,
@@ -167,6 +168,48 @@ async def test_circuit_status_is_one_for_each_endpoints_state_and_zero_for_the_o
         found = points(reader)
         assert value(found, "poise.circuit.status", **b, **{CIRCUIT_STATE: "half_open"}) == 1
         assert value(found, "poise.circuit.status", **b, **{CIRCUIT_STATE: "open"}) == 0
+
+
+async def test_a_blocked_circuit_has_its_own_line(clock: FakeClock) -> None:
+    reader = InMemoryMetricReader()
+    async with lb_at(A, B, clock=clock) as lb:
+        instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
+        lb.acquire(exclude=["a"]).fail(poise.Fault.PERMANENT)
+        found = points(reader)
+        b = {ENDPOINT: "b", SERVER_ADDRESS: "10.0.0.2", SERVER_PORT: 9090}
+        lines = {s: value(found, "poise.circuit.status", **b, **{CIRCUIT_STATE: s}) for s, _ in CIRCUIT_STATES}
+        assert lines == {"closed": 0, "degraded": 0, "open": 0, "half_open": 0, "blocked": 1, "retired": 0}
+
+
+async def test_closing_from_another_thread_refuses_and_a_close_on_the_loop_still_closes(clock: FakeClock) -> None:
+    reader = InMemoryMetricReader()
+    async with lb_at(A, clock=clock) as lb:
+        handle = instrument(lb, meter_provider=MeterProvider(metric_readers=[reader], shutdown_on_exit=False))
+        with pytest.raises(poise.WrongThread):
+            await anyio.to_thread.run_sync(handle.close)
+        assert not handle.closed
+        handle.close()
+        assert handle.closed
+        async with lb.acquire():
+            pass
+        data = reader.get_metrics_data()
+        names = {m.name for r in data.resource_metrics for sc in r.scope_metrics for m in sc.metrics} if data else set()
+        assert "poise.calls" not in names  # the call observer went with the close
+
+
+def test_instrument_refuses_what_is_not_a_balancer_before_registering_anything() -> None:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    for lb, knob in ((None, "lb"), ("lb", "lb")):
+        with pytest.raises(poise.ConfigError) as info:
+            instrument(lb, meter_provider=provider)  # type: ignore[arg-type]
+        assert info.value.knob == knob
+    balancer = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    with pytest.raises(poise.ConfigError) as info:
+        instrument(balancer, meter_provider="x")  # type: ignore[arg-type]
+    assert info.value.knob == "meter_provider"
+    data = reader.get_metrics_data()
+    assert data is None or not data.resource_metrics  # nothing registered
 
 
 async def test_an_endpoint_the_ejection_guard_keeps_is_in_the_degraded_circuit_state(clock: FakeClock) -> None:
