@@ -146,8 +146,8 @@ def _event_json(entry: Entry, now: float, wall: float) -> dict[str, Any]:
         value = getattr(event, f.name)
         if f.name == "at":
             continue
-        if f.name in _EVENT_TIMES and isinstance(value, float):
-            fields[_EVENT_TIMES[f.name]] = _jsonable(value - now)
+        if f.name in _EVENT_TIMES:  # renamed whatever the value: one event type, one set of keys
+            fields[_EVENT_TIMES[f.name]] = None if value is None else _jsonable(value - now)
         else:
             fields[f.name] = _jsonable(value)
     at = wall - (now - event.at)
@@ -672,6 +672,9 @@ async def serve(
     from hypercorn.config import Config  # noqa: PLC0415 - optional dependency
 
     check_count("port", port, minimum=0, maximum=65535)
+    if not isinstance(host, str) or not host.strip():
+        every = "every interface: '0.0.0.0' or '::'"
+        raise ConfigError("host", f"must be an address to listen on ({every}), got {host!r:.80}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -704,11 +707,14 @@ async def serve(
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_until_stopped)
         try:
-            await _listening(host, bound)
+            await _listening(_LOOPBACK.get(host, host), bound)  # a wildcard listens on the loopback too
             task_status.started(bound)
             await anyio.sleep_forever()
         finally:
             stop.set()
+
+
+_LOOPBACK = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - wildcards a caller may give, not ours
 
 
 async def _listening(host: str, port: int) -> None:

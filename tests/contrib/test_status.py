@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -224,6 +225,21 @@ async def test_last_events_are_newest_first_and_bounded(clock: FakeClock) -> Non
     assert all(e["endpoint"] in {"a", "b", None} for e in events)
 
 
+async def test_an_event_type_has_the_same_keys_whether_its_time_is_known_or_not(clock: FakeClock) -> None:
+    lb = static_lb("a", "b", clock=clock)
+    app = StatusApp(lb)
+    async with lb:
+        lb.acquire(exclude=["b"]).fail(poise.Fault.FATAL)  # OPEN: ejected until a time
+        lb.acquire(exclude=["a"]).fail(poise.Fault.PERMANENT)  # BLOCKED: ejected until nothing
+        events = (await _status(app))["balancers"][0]["events"]
+    ejected = [e["fields"] for e in events if e["type"] == "EndpointEjected"]
+    assert len(ejected) == 2
+    assert ejected[0].keys() == ejected[1].keys()
+    assert "until_in" in ejected[0]
+    assert "until" not in ejected[0]
+    assert None in (ejected[0]["until_in"], ejected[1]["until_in"])
+
+
 async def test_times_are_unix_times_and_durations_never_readings_of_the_balancers_clock(clock: FakeClock) -> None:
     lb = static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock)
     app = StatusApp(lb)
@@ -357,6 +373,27 @@ async def test_serve_refuses_a_bad_port(port: Any) -> None:
     with pytest.raises(poise.ConfigError) as info:
         await serve(app, port)
     assert info.value.knob == "port"
+
+
+@pytest.mark.parametrize("host", ["", "  ", 5, None])
+@pytest.mark.backends("asyncio")
+async def test_serve_refuses_a_host_it_cannot_listen_on_by_name(host: Any) -> None:
+    app = StatusApp(static_lb("a"))
+    with pytest.raises(poise.ConfigError) as info:
+        await serve(app, 0, host=host)
+    assert info.value.knob == "host"
+
+
+@pytest.mark.real_clock
+async def test_serve_on_every_interface_starts_and_answers_on_the_loopback(clock: FakeClock) -> None:
+    lb = static_lb("a", clock=clock)
+    app = StatusApp(lb)
+    async with lb, anyio.create_task_group() as tg:
+        with anyio.fail_after(10):
+            port = await tg.start(functools.partial(serve, app, 0, host="0.0.0.0"))  # noqa: S104 - the test's point
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            assert (await client.get("/status.json")).status_code == 200
+        tg.cancel_scope.cancel()
 
 
 async def test_headline_rows_are_served_at_the_top_of_status_json(clock: FakeClock) -> None:
