@@ -465,8 +465,9 @@ class LoadBalancer(PermitIssuer):
     async def drained(self, endpoint_id: str) -> None:
         """Wait until a DRAINING (or DISABLED) endpoint has no permit in flight.
 
-        Returns at once if none is in flight. Typical use: ``lb.set_status(id,
-        AdminStatus.DRAINING)``, ``await lb.drained(id)``, then take the endpoint down.
+        Returns at once if none is in flight (an endpoint in any other status raises, idle or
+        not). Typical use: ``lb.set_status(id, AdminStatus.DRAINING)``, ``await
+        lb.drained(id)``, then take the endpoint down.
         Bound the wait with ``anyio.fail_after`` if in-flight calls may hang.
 
         Raises:
@@ -481,12 +482,12 @@ class LoadBalancer(PermitIssuer):
         while True:
             if pool.orphans:
                 pool.release_orphans()
-            if member.inflight == 0:
-                return
-            if member.live and member.admin not in _DRAINS:
+            if member.live and member.admin not in _DRAINS:  # first: an idle endpoint in service is no answer
                 raise NotDraining(
                     f"endpoint {endpoint_id!r} is {member.admin.value}: it takes new permits, set it DRAINING first"
                 )
+            if member.inflight == 0:
+                return
             waiter = self._drain_waiters.get(member)
             if waiter is None:
                 waiter = self._drain_waiters[member] = anyio.Event()

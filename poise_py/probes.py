@@ -35,7 +35,8 @@ def _host_port(endpoint: Endpoint, port: int | None) -> tuple[str, int]:
         host, found = address
     elif isinstance(address, str) and "://" not in address:
         host, sep, tail = address.rpartition(":")
-        if not sep or not (tail.isascii() and tail.isdigit()):
+        bare_ipv6 = address.count(":") > 1 and not address.startswith("[")  # "::1": no port to split off
+        if bare_ipv6 or not sep or not (tail.isascii() and tail.isdigit()):
             host, found = address, None
         else:
             found = int(tail)
@@ -69,8 +70,16 @@ def tcp_connect(*, port: int | None = None) -> Probe:
 
 def _url(endpoint: Endpoint, scheme: str, path: str, port: int | None) -> str:
     address = endpoint.address
-    if isinstance(address, str) and "://" in address and port is None:
-        return address.rstrip("/") + path
+    if isinstance(address, str) and "://" in address:
+        if port is None:
+            return address.rstrip("/") + path
+        import httpx  # noqa: PLC0415 - http_get checked it is installed
+
+        try:
+            base = httpx.URL(address).copy_with(port=port)
+        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            raise ProbeFailed(endpoint.id, f"address {address!r} is not a URL to probe ({exc})") from None
+        return str(base).rstrip("/") + path  # the base URL's scheme and host, on the health port
     host, target = _host_port(endpoint, port)
     if ":" in host:  # an IPv6 literal
         host = f"[{host}]"
@@ -82,7 +91,7 @@ def http_get(
     *,
     scheme: str = "http",
     port: int | None = None,
-    expected_status: Container[int] = range(200, 300),
+    expected_status: Container[int] | int = range(200, 300),
     headers: Mapping[str, str] | None = None,
     client: httpx.AsyncClient | None = None,
 ) -> Probe:
@@ -95,7 +104,8 @@ def http_get(
         path: the path to GET, starting with ``/``.
         scheme: ``"http"`` or ``"https"``, for addresses that are not URLs.
         port: probe this port instead of the address's (a separate health port).
-        expected_status: the statuses that mean healthy (default 2xx).
+        expected_status: the statuses that mean healthy (default 2xx): a collection, or one
+            status (``200``).
         headers: extra request headers.
         client: an ``httpx.AsyncClient`` to reuse (you own its lifecycle); by default
             each probe opens and closes its own, which also checks connection set-up
@@ -113,6 +123,12 @@ def http_get(
     if scheme not in ("http", "https"):
         raise ConfigError("scheme", f"must be 'http' or 'https', got {scheme!r}")
     _check_port(port)
+    expected: object = expected_status
+    if isinstance(expected, int) and not isinstance(expected, bool):
+        expected = (expected,)  # one status: 200 means (200,)
+    if not isinstance(expected, Container) or isinstance(expected, str | bytes | bool):
+        raise ConfigError("expected_status", f"must be a status or a collection of them, got {expected_status!r:.80}")
+    statuses: Container[int] = expected
     if client is not None and not isinstance(client, httpx.AsyncClient):
         raise ConfigError("client", f"must be an httpx.AsyncClient or None, got {client!r}")
     request_headers = dict(headers or {})
@@ -124,7 +140,7 @@ def http_get(
         else:
             async with httpx.AsyncClient() as own:
                 response = await own.get(url, headers=request_headers)
-        if response.status_code not in expected_status:
+        if response.status_code not in statuses:
             raise ProbeFailed(endpoint.id, f"GET {url} answered HTTP {response.status_code}")
 
     return probe

@@ -182,8 +182,10 @@ class HealthSnapshot:
     Attributes:
         status: the classification (a forced status while an operator forces one).
         generation: bumped by every operator status change; older probes are stale.
-        consecutive_passes: the current run of passing probes.
-        consecutive_failures: the current run of failing probes (timeouts included).
+        consecutive_passes: the current run of passing probes, counted up to
+            ``healthy_threshold`` (where it changes the verdict; it stops there).
+        consecutive_failures: the current run of failing probes (timeouts included), counted
+            up to ``unhealthy_threshold``.
         probing: whether a probe is reserved now.
         next_probe_at: when the next probe is due (balancer clock), or None.
         probes: results accepted.

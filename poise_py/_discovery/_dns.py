@@ -123,12 +123,16 @@ class DnsDiscovery:
 
     async def _lookup(self) -> tuple[str, ...] | None:
         try:
-            answer = tuple(sorted(set(await self._resolve(self.host, self.port))))
+            found = await self._resolve(self.host, self.port)
+            if not isinstance(found, list | tuple | set | frozenset):  # a bare string: one address per character
+                raise TypeError(f"the resolver answered {found!r:.80}, not a list of addresses")  # noqa: TRY301
+            for ip in found:
+                if not isinstance(ip, str):
+                    raise TypeError(f"the resolver answered {ip!r:.80}, not an address string")  # noqa: TRY301
+                ipaddress.ip_address(ip)  # ValueError: not an IP address (what getaddrinfo gives)
+            answer = tuple(sorted(set(found)))
             if not answer:
                 raise OSError(f"{self.host!r} resolved to no address")  # noqa: TRY301 - handled as a failed lookup
-            for ip in answer:
-                if not isinstance(ip, str) or not ip:
-                    raise TypeError(f"the resolver answered {ip!r}, not an address string")  # noqa: TRY301
         except Exception as exc:  # noqa: BLE001 - any resolver failure is a failed round
             self.failures += 1
             if self.error is None:

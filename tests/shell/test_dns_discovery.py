@@ -75,6 +75,21 @@ async def test_a_failing_lookup_keeps_the_balancer_on_its_last_pool(caplog: pyte
     assert sum("DNS lookup" in r.getMessage() for r in caplog.records) == 1  # once per failing streak
 
 
+@pytest.mark.backends("trio")
+@pytest.mark.parametrize("answer", ["10.0.0.1", {"10.0.0.7": 1}, ["not-an-ip"], [10], ["10.0.0.1", ""]])
+async def test_an_answer_that_is_not_a_list_of_ip_addresses_publishes_nothing(answer: object) -> None:
+    async def resolver(host: str, port: int) -> object:
+        return answer
+
+    source = poise.DnsDiscovery("svc", 80, interval=5, resolver=resolver)  # type: ignore[arg-type]
+    async with poise.LoadBalancer(discovery=source) as lb:
+        await trio.sleep(12)  # three rounds
+        assert lb.snapshot().endpoints == ()
+        assert lb.discovery_revision is None
+    assert source.failures >= 3
+    assert isinstance(source.error, TypeError | ValueError)
+
+
 async def test_an_ipv6_answer_gets_a_bracketed_id() -> None:
     source = poise.DnsDiscovery("svc", 443, resolver=FakeResolver([["::1"]]))
     stream = aiter(source)

@@ -421,6 +421,8 @@ async def test_drained_refuses_an_endpoint_that_takes_new_permits() -> None:
         with pytest.raises(poise.NotDraining):
             await lb.drained("a")
         permit.cancel()
+        with pytest.raises(poise.NotDraining):  # idle, but still in service: draining was never asked
+            await lb.drained("a")
         with pytest.raises(KeyError):
             await lb.drained("nope")
 

@@ -103,6 +103,35 @@ async def test_http_get_passes_on_an_expected_status_and_builds_the_url() -> Non
     assert seen[0].headers["x-probe"] == "poise"
 
 
+async def test_http_get_with_a_port_probes_a_base_url_on_that_port_and_takes_one_expected_status() -> None:
+    seen: list[httpx.Request] = []
+    async with recording_client(200, seen) as client:
+        probe = probes.http_get(client=client, port=8080, expected_status=200)
+        await probe(poise.Endpoint("a", address="https://api.example.com/v1"))
+        await probe(poise.Endpoint("b", address="::1"))  # a bare IPv6 address: the port is the probe's
+    assert [str(r.url) for r in seen] == ["https://api.example.com:8080/v1/health", "http://[::1]:8080/health"]
+
+
+def test_http_get_refuses_an_expected_status_that_is_not_one() -> None:
+    for bad in ("200", True, 2.5):
+        with pytest.raises(poise.ConfigError) as info:
+            probes.http_get(expected_status=bad)  # type: ignore[arg-type]
+        assert info.value.knob == "expected_status"
+
+
+async def test_tcp_connect_with_a_port_probes_a_bare_ipv6_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    tried: list[tuple[str, int]] = []
+
+    async def connect(host: str, port: int) -> anyio.abc.SocketStream:
+        tried.append((host, port))
+        raise ConnectionRefusedError(host)
+
+    monkeypatch.setattr(anyio, "connect_tcp", connect)
+    with pytest.raises(ConnectionRefusedError):
+        await probes.tcp_connect(port=8080)(poise.Endpoint("a", address="::1"))
+    assert tried == [("::1", 8080)]  # not host ":" and port 1
+
+
 async def test_http_get_raises_probe_failed_on_another_status() -> None:
     async with recording_client(503, []) as client:
         with pytest.raises(poise.ProbeFailed) as info:
