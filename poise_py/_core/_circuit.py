@@ -773,7 +773,6 @@ class Circuit:
         if honoured is not None:
             wait = max(wait, honoured)
         self.level = min(self.level + 1, MAX_LEVEL)
-        self.ejections += 1
         self.ejections_in_row += 1
         self.ejected_time += wait
         cap = policy.hard_cap
@@ -781,7 +780,8 @@ class Circuit:
             (cap.max_ejections is not None and self.ejections_in_row > cap.max_ejections)
             or (cap.max_ejected_time is not None and self.ejected_time > cap.max_ejected_time)
         ):
-            return self._move(Cause.HARD_CAP, now)
+            return self._move(Cause.HARD_CAP, now)  # retired: not an opening, not counted as one
+        self.ejections += 1
         return self._move(cause, now, reopen_at=now + wait, retry_after=honoured)
 
     def _record_probe(self, fault: Fault | None, now: float, retry_after: float | None) -> Transition | None:

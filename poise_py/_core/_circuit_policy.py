@@ -146,6 +146,13 @@ class CircuitPolicy:
         check_count("CircuitPolicy.minimum_volume", self.minimum_volume)
         if not isinstance(self.window, CountWindow | TimeWindow):
             raise ConfigError("CircuitPolicy.window", f"must be a CountWindow or TimeWindow, got {self.window!r}")
+        if isinstance(self.window, CountWindow) and self.minimum_volume > self.window.size:
+            size = self.window.size
+            raise ConfigError(
+                "CircuitPolicy.minimum_volume",
+                f"must be at most the CountWindow's size ({size}): {self.minimum_volume} outcomes never fit in it,"
+                " so no consecutive or rate trip could happen",
+            )
         check_count("CircuitPolicy.permitted_probes", self.permitted_probes)
         check_count("CircuitPolicy.success_threshold", self.success_threshold)
         if not isinstance(self.escalation, Escalation):

@@ -315,6 +315,8 @@ async def test_hard_cap_retires_until_discovery_re_emits_the_endpoint(clock: Fak
         async with lb.acquire() as probe:
             probe.fail()  # would be ejection 3: retired
         assert lb.snapshot()["a"].state is CircuitState.RETIRED
+        assert lb.snapshot()["a"].counters.ejections == 2  # two openings; the retirement is not one
+        assert lb.statistics().pool.ejections == 2
         clock.advance(10_000.0)
         with pytest.raises(poise.NoEligibleEndpoints) as info:
             lb.acquire()

@@ -1,4 +1,4 @@
-"""An int too large for a float is refused with the ConfigError naming its field, as an infinite one is."""
+"""Knob bounds: ints no float holds, counts past 2**32 - 1, ints repr() refuses, volumes no window holds."""
 
 from __future__ import annotations
 
@@ -72,3 +72,10 @@ async def test_an_event_buffer_no_deque_holds_is_a_config_error() -> None:
             with pytest.raises(poise.ConfigError) as info:
                 lb.events(buffer=buffer)
             assert info.value.knob == "buffer"
+
+
+def test_a_minimum_volume_no_count_window_can_hold_is_refused() -> None:
+    with pytest.raises(poise.ConfigError) as info:
+        poise.CircuitPolicy(window=poise.CountWindow(3), minimum_volume=5)
+    assert info.value.knob == "CircuitPolicy.minimum_volume"
+    assert poise.CircuitPolicy(window=poise.CountWindow(5), minimum_volume=5).minimum_volume == 5
