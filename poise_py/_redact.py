@@ -177,6 +177,8 @@ def _rebuilt(exc: BaseException, message: str) -> BaseException:
             copy.args = (message,)
             if cls is type(exc) and hasattr(exc, "__dict__"):
                 copy.__dict__.update(exc.__dict__)
+            if isinstance(exc, OSError) and isinstance(copy, OSError):
+                copy.errno = exc.errno  # a C field, not in __dict__ (strerror is in the message)
         except Exception:  # noqa: BLE001, S112 - this type needs its constructor: try its base
             continue
         if _text_of(copy) in (message, repr(message)):  # KeyError shows its message's repr

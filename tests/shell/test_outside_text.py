@@ -104,6 +104,14 @@ def test_shown_error_keeps_the_type_attributes_and_traceback_and_leaves_the_orig
     assert shown_error(small) is small
 
 
+def test_a_shown_os_error_keeps_its_errno() -> None:
+    original = ConnectionRefusedError(111, "Connection refused by db " + "x" * 600)
+    copy = shown_error(original)
+    assert type(copy) is ConnectionRefusedError
+    assert copy.errno == 111
+    assert len(str(copy)) < LINE
+
+
 def test_shown_error_shows_the_chain_and_the_members_of_a_group() -> None:
     try:
         try:
