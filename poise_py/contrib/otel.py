@@ -105,9 +105,9 @@ def server_attributes(endpoint: Endpoint) -> dict[str, str | int]:
     address = endpoint.address
     if isinstance(address, tuple) and len(address) == 2:
         host, port = address
-        if isinstance(host, str) and isinstance(port, int) and not isinstance(port, bool):
+        if isinstance(host, str) and host and isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
             return {SERVER_ADDRESS: host, SERVER_PORT: port}
-        return {}
+        return {}  # not a host and a port a socket could have
     if not isinstance(address, str) or not address:
         return {}
     scheme, sep, rest = address.partition("://")
@@ -122,7 +122,7 @@ def server_attributes(endpoint: Endpoint) -> dict[str, str | int]:
         host, port_text = authority, ""
     if not host:
         return {}
-    if port_text.isascii() and port_text.isdigit():
+    if port_text.isascii() and port_text.isdigit() and len(port_text) <= 5 and 0 < int(port_text) < 65536:
         return {SERVER_ADDRESS: host, SERVER_PORT: int(port_text)}
     return {SERVER_ADDRESS: host} if default_port is None else {SERVER_ADDRESS: host, SERVER_PORT: default_port}
 

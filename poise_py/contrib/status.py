@@ -88,8 +88,10 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 def _jsonable(value: Any) -> Any:
     """A JSON value for an event field, a counter map or an address; outside text is shown bounded."""
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):  # JSON's numbers: past 2**63 (or 4,300 digits) it is words, not a number
+        return value if -(2**63) <= value < 2**63 else f"an int of {value.bit_length()} bits"
     if isinstance(value, str):
         return shown(value)
     if isinstance(value, float):
@@ -103,9 +105,12 @@ def _jsonable(value: Any) -> Any:
         if len(value) > ITEMS_SHOWN:
             items.append(f"… ({len(value)} items)")
         return items
-    if isinstance(value, BaseException):
-        return f"{type(value).__name__}: {shown(str(value))}"
-    return shown(str(value))
+    try:
+        if isinstance(value, BaseException):
+            return f"{type(value).__name__}: {shown(str(value))}"
+        return shown(str(value))
+    except Exception:  # noqa: BLE001 - a value whose str() fails is shown by its type
+        return f"<{type(value).__name__}>"
 
 
 DIGITS = 4

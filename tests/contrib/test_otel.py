@@ -366,6 +366,10 @@ def test_server_attributes_read_pairs_host_port_strings_and_urls() -> None:
     assert attrs("http://10.0.0.3:8080") == {SERVER_ADDRESS: "10.0.0.3", SERVER_PORT: 8080}
     assert attrs(None) == {}
     assert attrs(("h", "p")) == {}
+    assert attrs(("h", -1)) == {}
+    assert attrs(("h", 10**400)) == {}
+    assert attrs("h:99999") == {SERVER_ADDRESS: "h"}
+    assert attrs("h:" + "9" * 5000) == {SERVER_ADDRESS: "h"}  # int() would refuse past 4,300 digits
 
 
 async def test_a_prometheus_scrape_shows_the_call_histogram_and_counter(clock: FakeClock) -> None:

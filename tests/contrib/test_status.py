@@ -240,6 +240,22 @@ async def test_an_event_type_has_the_same_keys_whether_its_time_is_known_or_not(
     assert None in (ejected[0]["until_in"], ejected[1]["until_in"])
 
 
+async def test_an_address_json_cannot_hold_as_a_number_or_text_is_shown_without_failing_the_page(
+    clock: FakeClock,
+) -> None:
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    eps = [poise.Endpoint("a", address=("h", 10**5000)), poise.Endpoint("b", address=Unprintable())]
+    lb = poise.LoadBalancer(poise.StaticDiscovery(eps), clock=clock)
+    app = StatusApp(lb)
+    async with lb:
+        data = await _status(app)
+    addresses = [e["address"] for e in data["balancers"][0]["endpoints"]]
+    assert addresses == [["h", "an int of 16610 bits"], "<Unprintable>"]
+
+
 async def test_times_are_unix_times_and_durations_never_readings_of_the_balancers_clock(clock: FakeClock) -> None:
     lb = static_lb("a", "b", circuit=TRIP_AT_ONCE, clock=clock)
     app = StatusApp(lb)
