@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import attrs
 
-from .._knobs import check_duration, check_number, check_share
+from .._knobs import RESOLUTION, check_duration, check_number, check_share
 
 
 @attrs.frozen(kw_only=True)
@@ -32,7 +32,7 @@ class RetryBudget:
     def __attrs_post_init__(self) -> None:
         check_share("RetryBudget.percent", self.percent, high=10.0)
         check_number("RetryBudget.min_per_second", self.min_per_second, low=0.0)
-        check_duration("RetryBudget.ttl", self.ttl)
+        check_duration("RetryBudget.ttl", self.ttl, minimum=RESOLUTION * 10)  # ten slices of at least a millisecond
 
 
 class Budget:

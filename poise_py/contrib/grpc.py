@@ -463,6 +463,7 @@ class UnaryUnary(_BalancedCallable):
         ``compression``) go to each attempt unchanged.
         """
         _require_asyncio()
+        timeout = _check_timeout(timeout)
         channel = self._channel
         internals = channel._lb._internals
         key = channel._key(self._method, request) if channel._key is not None else None
@@ -487,6 +488,15 @@ class UnaryUnary(_BalancedCallable):
         return tries.outcome()  # nowhere else to go: raises the last real error
 
 
+def _check_timeout(timeout: object) -> float | None:
+    """A call's ``timeout``: None or a finite number of seconds >= 0, else a ConfigError naming it.
+
+    Checked before anything is sent: grpc.aio would fail a NaN or infinite deadline locally as
+    DEADLINE_EXCEEDED, which would be charged to every endpoint tried.
+    """
+    return None if timeout is None else check_duration("timeout", timeout, allow_zero=True)  # type: ignore[arg-type]
+
+
 class StreamUnary(_BalancedCallable):
     """The balanced counterpart of ``grpc.aio.StreamUnaryMultiCallable``: ``await it(requests)``."""
 
@@ -509,6 +519,7 @@ class StreamUnary(_BalancedCallable):
         **kwargs: Any,
     ) -> Any:
         """Stream ``request_iterator`` to a chosen endpoint and return its one response."""
+        timeout = _check_timeout(timeout)
         channel = self._channel
         permit = channel._acquire(self._method, None)
         stub = self._stub(permit)
@@ -529,6 +540,7 @@ class StreamingCallable(_BalancedCallable):
 
     def __call__(self, request: Any = None, *, timeout: float | None = None, **kwargs: Any) -> StreamCall:
         """Start the call now on a chosen endpoint: a request (unary-stream) or request iterator."""
+        timeout = _check_timeout(timeout)
         channel = self._channel
         permit = channel._acquire(self._method, request if self._kind == "unary_stream" else None)
         stub = self._stub(permit)

@@ -123,6 +123,8 @@ def _point(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
         base = httpx.URL(address)
         if base.scheme not in _SCHEMES or not base.host:
             raise _unusable(endpoint, "only http and https URLs with a host")
+        if base.port is not None and not 0 < base.port < 65536:
+            raise _unusable(endpoint, "the port must be in [1, 65535]")
         return url.copy_with(scheme=base.scheme, host=base.host, port=base.port)
     if isinstance(address, tuple) and len(address) == 2:
         host, port = address
@@ -346,6 +348,7 @@ class PoiseTransport(httpx.AsyncBaseTransport):
                     # cleartext): FATAL ejects it, rather than failing every request sent there.
                     if attempt.failed(Fault.FATAL, error=exc.error):
                         continue
+                    tries.annotate(exc.error)  # every attempt on it, as any error the request raises
                     raise exc.error from None
                 verdict = _classify.http_status(response.status_code, response.headers, gateway=self._gateway)
                 if verdict is None:

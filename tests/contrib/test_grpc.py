@@ -235,6 +235,20 @@ async def test_when_no_other_endpoint_is_eligible_the_retry_ends_with_the_real_e
             assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
 
 
+async def test_a_timeout_that_is_no_deadline_is_refused_before_anything_is_sent() -> None:
+    async with workers("a", "b") as ws:
+        lb = balancer(ws)
+        async with lb:
+            await all_ready(lb)
+            echo = BalancedChannel(lb, idempotent={ECHO}, attempts=3, wait=30.0).unary_unary(ECHO)
+            for timeout in (float("nan"), float("inf"), True, -1.0, "5"):
+                with pytest.raises(poise.ConfigError) as caught:
+                    await echo(b"x", timeout=timeout)  # type: ignore[arg-type]
+                assert caught.value.knob == "timeout"
+            assert [w.calls for w in ws] == [0, 0]
+            assert sum(sum(faults(lb, w.name).values()) for w in ws) == 0  # nobody was blamed
+
+
 async def test_a_call_to_a_dead_worker_is_not_retried_unless_the_method_is_idempotent() -> None:
     async with workers("a", "b") as ws:
         lb = balancer(ws)

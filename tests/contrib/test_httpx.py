@@ -319,6 +319,15 @@ async def test_an_endpoint_with_an_unusable_address_is_ejected_instead_of_failin
             assert counters(lb, "broken").faults[Fault.FATAL] == 1
 
 
+async def test_an_unusable_address_error_carries_the_requests_attempts() -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a", address="h:0")]))
+    async with lb, balanced_client(lb, BASE, transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client:
+        with pytest.raises(poise.ConfigError) as caught:
+            await client.get("/")
+    attempts = caught.value.poise_attempts  # type: ignore[attr-defined]
+    assert [(a.endpoint_id, a.fault) for a in attempts] == [("a", Fault.FATAL)]
+
+
 async def test_an_unusable_endpoint_is_retried_elsewhere_when_attempts_allow() -> None:
     async with fault_servers("good") as servers:
         eps = [poise.Endpoint("broken", address=object()), poise.Endpoint("good", address=servers[0].address)]
@@ -413,7 +422,18 @@ async def test_an_explicit_host_is_enforced_from_the_first_request_and_mounts_ro
 
 @pytest.mark.parametrize(
     "address",
-    ["ftp://10.0.0.1/", ("h", 0), ("h", 70000), ("h", True), ":80", "http://", "a b", ("", 80)],
+    [
+        "ftp://10.0.0.1/",
+        ("h", 0),
+        ("h", 70000),
+        ("h", True),
+        ":80",
+        "http://",
+        "a b",
+        ("", 80),
+        "http://127.0.0.1:0",
+        "http://127.0.0.1:70000",
+    ],
 )
 def test_unusable_addresses_are_a_config_error(address: object) -> None:
     with pytest.raises(poise.ConfigError) as caught:

@@ -19,6 +19,8 @@ from poise_py.contrib.status import StatusApp
         (lambda: poise.SuccessRateEjection(interval=1e-12), "SuccessRateEjection.interval"),
         (lambda: poise.Coordination(poise.InMemoryStorage(), sync_interval=1e-9), "Coordination.sync_interval"),
         (lambda: poise.FileDiscovery(Path("endpoints.json"), interval=1e-6), "interval"),
+        (lambda: poise.RetryBudget(ttl=1e-305), "RetryBudget.ttl"),  # ten slices of it: an OverflowError at a call
+        (lambda: poise.RetryBudget(ttl=5e-324), "RetryBudget.ttl"),
         (
             lambda: poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]), no_eligible_alert_after=1e-9),
             "no_eligible_alert_after",
