@@ -335,6 +335,8 @@ class BalancedChannel:
         idempotent: bool | None = None,
     ) -> UnaryUnary:
         """A callable for a unary-unary method; ``idempotent=True`` opts it into retries (``hedge=``: hedging)."""
+        if idempotent is not None and not isinstance(idempotent, bool):  # "no" would be true
+            raise ConfigError("idempotent", f"must be True, False or None, got {idempotent!r:.80}")
         retry = method in self._idempotent if idempotent is None else idempotent
         return UnaryUnary(
             self,

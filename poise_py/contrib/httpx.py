@@ -217,6 +217,10 @@ def balanced_client(
         raise ConfigError(
             "base_url", f"must be an http(s) URL with a host, such as 'http://api.internal', got {base_url!r:.80}"
         )
+    try:
+        _check_host(url.host)
+    except ConfigError as exc:  # a host httpx parsed but the transport cannot serve: say which argument
+        raise ConfigError("base_url", f"has a host the transport cannot serve: {exc}") from None
     balanced = PoiseTransport(
         lb,
         host=url.host,

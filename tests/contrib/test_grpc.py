@@ -249,6 +249,14 @@ async def test_a_timeout_that_is_no_deadline_is_refused_before_anything_is_sent(
             assert sum(sum(faults(lb, w.name).values()) for w in ws) == 0  # nobody was blamed
 
 
+def test_a_methods_idempotent_flag_is_a_bool() -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    for flag in ("no", 1, "false"):
+        with pytest.raises(poise.ConfigError) as caught:
+            BalancedChannel(lb).unary_unary(ECHO, idempotent=flag)  # type: ignore[arg-type]
+        assert caught.value.knob == "idempotent"
+
+
 async def test_a_call_to_a_dead_worker_is_not_retried_unless_the_method_is_idempotent() -> None:
     async with workers("a", "b") as ws:
         lb = balancer(ws)

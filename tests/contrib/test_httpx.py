@@ -456,3 +456,10 @@ async def test_when_no_other_endpoint_is_eligible_the_retry_ends_with_the_real_a
             servers[0].fault = "reset"  # a transport error: the error itself is the answer
             with pytest.raises(httpx.TransportError):
                 await client.get("/")
+
+
+def test_a_base_url_whose_host_the_transport_cannot_serve_names_base_url() -> None:
+    lb = poise.LoadBalancer(poise.StaticDiscovery([poise.Endpoint("a")]))
+    with pytest.raises(poise.ConfigError) as caught:
+        balanced_client(lb, "http://a b")
+    assert caught.value.knob == "base_url"
