@@ -25,6 +25,15 @@ def _simulate(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"poise simulate: {exc}", file=sys.stderr)
         return 2
+    except BaseExceptionGroup as group:  # scenarios run side by side: one's ConfigError arrives wrapped
+        found, _ = group.split(ConfigError)
+        if found is None:
+            raise
+        first: BaseException = found
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        print(f"poise simulate: {first}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # The reader went away (``poise simulate --json | head -1``): stop quietly, and
         # point stdout at /dev/null so the interpreter's final flush cannot complain.
@@ -88,6 +97,11 @@ def _jobs(text: str) -> int:
     return _int_argument(text, 1, None, unreadable="not a number of processes", out_of_range="at least 1 process")
 
 
+def _seed(text: str) -> int:
+    top = 2**63 - 1  # a scenario file's seed bound
+    return _int_argument(text, 0, top, unreadable="not a seed", out_of_range=f"a seed is 0..{top}")
+
+
 def _port(text: str) -> int:
     return _int_argument(text, 0, 65535, unreadable="not a port number", out_of_range="a port is 0..65535")
 
@@ -108,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--requests", type=_requests, default=3000, help="requests sent to each balancer, 200 a second (default 3000)"
     )
-    demo.add_argument("--seed", type=int, default=7, help="seed for fault injection and selection")
+    demo.add_argument("--seed", type=_seed, default=7, help="seed for fault injection and selection")
     demo.add_argument("--no-live", action="store_true", help="no live view, only the summary")
     demo.add_argument(
         "--web",
@@ -124,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     simulate = sub.add_parser("simulate", help="compare configurations on a virtual-time fault scenario")
     simulate.add_argument("scenario", nargs="*", help="built-in scenario names or TOML files (default: all)")
-    simulate.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    simulate.add_argument("--seed", type=_seed, default=None, help="override the scenario's seed")
     simulate.add_argument("--json", action="store_true", help="print JSON instead of tables")
     simulate.add_argument("--plot", metavar="FILE", help="write a PNG/SVG/PDF timeline (needs matplotlib)")
     simulate.add_argument("--list", action="store_true", help="list the built-in scenarios")

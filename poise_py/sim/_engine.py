@@ -319,13 +319,20 @@ class RunResult(Outcomes):
         """Mean seconds from an endpoint's recovery to its return to rotation."""
         return sum(self.readmit_times) / len(self.readmit_times) if self.readmit_times else None
 
-    def mean_limits(self, since: float = SETTLE_TIME) -> tuple[float | None, ...]:
+    def settled_from(self) -> float:
+        """When the limits are taken as learned: :data:`SETTLE_TIME`, or half the run if that is shorter."""
+        return min(SETTLE_TIME, self.duration / 2)
+
+    def mean_limits(self, since: float | None = None) -> tuple[float | None, ...]:
         """Each endpoint's adaptive concurrency limit averaged over the timeline from ``since`` on.
 
-        In ``endpoint_ids`` order; None for an endpoint without an adaptive limit then. Set
+        ``since`` defaults to :meth:`settled_from`, so a short (quick) run has figures too. In
+        ``endpoint_ids`` order; None for an endpoint without an adaptive limit then. Set
         against its capacity, this is what the limit learned (by Little's law an endpoint
         keeps ``capacity`` calls in service and queues the rest).
         """
+        if since is None:
+            since = self.settled_from()
         sums = [0.0] * len(self.endpoint_ids)
         counts = [0] * len(self.endpoint_ids)
         for sample in self.timeline:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._internal import install_hint
-from ._engine import SETTLE_TIME, RunResult
+from ._engine import RunResult
 from ._run import Report
 from ._scenario import default_configurations
 
@@ -59,7 +59,7 @@ MEANINGS = (
     ("spurious", "ejections of an endpoint that was healthy then"),
     ("dead probes", "half-open probes sent to an endpoint that was down"),
     ("readmit", "mean time from an endpoint's recovery to its return to rotation"),
-    ("no-elig.", "selections that found no endpoint while one was healthy"),
+    ("no-elig.", "selections refused NoEligibleEndpoints while one endpoint was healthy"),
 )
 """Each column after ``configuration`` and what it means: the legend, and docs/simulator.md's table."""
 LEGEND = "; ".join(f"{column}: {meaning}" for column, meaning in MEANINGS) + "."
@@ -146,13 +146,14 @@ def render_table(report: Report, console: Console, *, run: str | None = None) ->
 
     ``run`` says how the scenario was run (a quick run's shortening), in the title.
     """
-    from rich.table import Table  # noqa: PLC0415 - rich is the cli extra
+    from rich.markup import escape  # noqa: PLC0415 - rich is the cli extra
+    from rich.table import Table  # noqa: PLC0415
 
     scenario = report.scenario
     how = f"; {run}" if run else ""
-    table = Table(
-        title=f"{scenario.name}  (seed {report.seed}, {scenario.traffic.duration:.0f} s virtual{how})",
-        caption=scenario.description.replace("\n", " "),
+    table = Table(  # a scenario's own text is escaped: "[/x]" in a name is text, not rich markup
+        title=f"{escape(scenario.name)}  (seed {report.seed}, {scenario.traffic.duration:.0f} s virtual{how})",
+        caption=escape(scenario.description.replace("\n", " ")),
         caption_justify="left",
         show_edge=False,
         pad_edge=False,
@@ -160,7 +161,7 @@ def render_table(report: Report, console: Console, *, run: str | None = None) ->
     best = max(r.success_rate for r in report.results)
     rows = [
         [
-            r.configuration,
+            escape(r.configuration),
             _pct(r.success_rate),
             f"{r.goodput:.1f}/s",
             _ms(r.all_latencies_p50),
@@ -198,11 +199,16 @@ def render_table(report: Report, console: Console, *, run: str | None = None) ->
     console.print(LEGEND, style="dim", markup=False, highlight=False)
 
 
+def _plain(text: str) -> str:
+    """``text`` as matplotlib draws it literally: a ``$`` would open its math mode."""
+    return text.replace("$", r"\$")
+
+
 def learned_limits(report: Report) -> list[str]:
     """A line for each configuration with adaptive limits: what each endpoint's limit learned, against its capacity.
 
     The limit is averaged over the timeline from :data:`~poise_py.sim.SETTLE_TIME` (30 s)
-    on, the time the limits are given to learn; a run shorter than that has no line.
+    on, the time the limits are given to learn, or over the second half of a shorter run.
     """
     capacities = {model.id: model.capacity for model in report.scenario.endpoints}
     lines: list[str] = []
@@ -213,7 +219,7 @@ def learned_limits(report: Report) -> list[str]:
             if limit is not None
         ]
         if learned:
-            lines.append(f"{r.configuration}: limits learned, mean from {SETTLE_TIME:.0f} s: {', '.join(learned)}")
+            lines.append(f"{r.configuration}: limits learned, mean from {r.settled_from():.0f} s: {', '.join(learned)}")
     return lines
 
 
@@ -342,7 +348,7 @@ def _draw(
     bands.set_yticks(list(ticks), [ids[i] for i in ticks], fontsize=7)
     bands.tick_params(labelbottom=False, length=2)
     bands.set_title(
-        f"{rep.scenario.name}: {res.configuration} (success {_pct(res.success_rate)})", fontsize=9, loc="left"
+        _plain(f"{rep.scenario.name}: {res.configuration} (success {_pct(res.success_rate)})"), fontsize=9, loc="left"
     )
     row = {endpoint: n for n, endpoint in enumerate(ids)}
     for start, end, endpoint in rep.scenario.fault_windows():

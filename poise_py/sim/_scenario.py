@@ -78,7 +78,7 @@ import attrs
 import poise_py as poise
 
 from .. import ConfigError, Fault, Policy
-from .._internal import is_number
+from .._internal import RESOLUTION, is_number
 from ._engine import Configuration, DiscoverySpec, Fleet, Reporting, Traffic
 from ._models import MAX_CAPACITY, EndpointModel, Flap, Latency, Phase, Quota, RateLimit, Warmup
 from ._observe import (
@@ -421,7 +421,7 @@ def _load(t: _Table) -> dict[str, Any]:
     quota = t.table("quota")
     if quota is not None:
         requests = quota.integer("requests", None, low=1, high=MAX_CAPACITY)
-        per = quota.number("per", 60.0, open_low=True)
+        per = quota.number("per", 60.0, low=RESOLUTION)  # a window the simulated provider resets
         quota.done()
         if requests is None:
             raise ConfigError(quota.at("requests"), "is required (requests per window)")
@@ -732,7 +732,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
     fleet_value = Fleet()
     if fleet is not None:
         instances = fleet.integer("instances", 1, low=1, high=10_000)
-        sync = fleet.number("sync_interval", 1.0, open_low=True)
+        sync = fleet.number("sync_interval", 1.0, low=RESOLUTION)  # Coordination.sync_interval's bound
         fleet.done()
         fleet_value = _construct(Fleet, "fleet", instances=instances, sync_interval=sync)
     top.done()

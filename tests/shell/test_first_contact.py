@@ -120,9 +120,11 @@ def test_the_cli_and_sim_extras_run_every_built_in_scenario() -> None:
     bring grpcio, so ``pip install 'poise_py[cli]' && poise simulate`` runs as docs/cli.md shows."""
     protocols = {load_scenario(name).client.protocol for name in builtin_names()}
     assert Protocol.GRPC in protocols
+    assert Protocol.HTTP in protocols  # and the others' client is httpx
     extras = PYPROJECT["project"]["optional-dependencies"]
     for extra in ("cli", "sim"):
         assert "grpcio" in _requirement_names(extras[extra]), extra
+        assert "httpx" in _requirement_names(extras[extra]), extra
         assert _requirement_names(extras["grpc"]) <= _requirement_names(extras[extra]), extra
 
 

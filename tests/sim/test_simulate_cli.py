@@ -246,3 +246,76 @@ def test_render_table_prints_the_run_in_the_title(pool: Path) -> None:
     console = Console(width=200, record=True)
     render_table(sim.run(sim.load_scenario(pool)), console, run="quick run: something")
     assert "quick run: something" in console.export_text().splitlines()[0]
+
+
+TINY = """
+name = "NAME"
+seed = 1
+
+[traffic]
+rps = 20
+duration = 20
+
+[[endpoints]]
+id = "a"
+capacity = 4
+
+[[configurations]]
+name = "CONF"
+concurrency = { algorithm = "aimd" }
+"""
+
+
+def test_a_scenarios_own_text_is_printed_as_text_not_rich_markup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "markup.toml"
+    path.write_text(TINY.replace("NAME", "[red]mine").replace("CONF", "[/x] conf"))
+    assert main(["simulate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "[red]mine" in out
+    assert "[/x] conf" in out
+
+
+def test_a_short_run_still_says_what_its_adaptive_limits_learned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "short.toml"
+    path.write_text(TINY.replace("NAME", "short").replace("CONF", "aimd"))
+    assert main(["simulate", str(path), "--json"]) == 0
+    (scenario,) = json.loads(capsys.readouterr().out)
+    aimd = next(r for r in scenario["results"] if r["configuration"] == "aimd")
+    assert aimd["endpoints"][0]["limit"] is not None  # learned over the second half of a 20 s run
+    assert main(["simulate", str(path)]) == 0
+    assert "aimd: limits learned, mean from 10 s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ("[fleet]\ninstances = 2\nsync_interval = 0.0005\n", "fleet.sync_interval"),
+        ("", "endpoints[0].quota.per"),
+    ],
+)
+def test_a_value_that_would_fail_mid_run_is_refused_at_load_naming_its_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, field: str
+) -> None:
+    text = TINY.replace("NAME", "bad").replace("CONF", "c") + "\n" + extra
+    if not extra:
+        text = text.replace("capacity = 4", "capacity = 4\nquota = { requests = 1, per = 1e-20 }")
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    other = tmp_path / "other.toml"
+    other.write_text(TINY.replace("NAME", "other").replace("CONF", "c"))
+    assert main(["simulate", str(path), str(other), "--jobs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert field in err
+    assert err.count("\n") == 1  # one line, no traceback
+
+
+@pytest.mark.parametrize("seed", ["-5", str(2**63)])
+def test_a_seed_out_of_a_scenarios_range_is_refused(seed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["simulate", "--seed", seed])
+    assert exited.value.code == 2
+    assert "a seed is 0.." in capsys.readouterr().err
