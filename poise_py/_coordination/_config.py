@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import attrs
@@ -40,7 +41,9 @@ class CoordinationStatistics:
         protocol_version: the protocol the storage speaks.
         operations: storage operations issued (each is one round trip; a Redis script
             call is one command).
-        failures: operations that failed or timed out.
+        failures: operations that failed (a ``CoordinationError``) or timed out; anything
+            else a storage raises is a bug, logged with its traceback, ending the round as a
+            fallback.
         fallbacks: times the balancer fell back to its local circuits: one per outage,
             as many as the ``CoordinationFallback`` events for the whole storage (a
             storage that cannot be reached at start-up counts one).
@@ -92,7 +95,7 @@ def _check_duration(instance: Coordination, attribute: attrs.Attribute[float], v
 
 def _check_cap(instance: Coordination, attribute: object, value: float | None) -> None:
     if value is not None:
-        check_duration("Coordination.max_open_wait", value)
+        check_duration("Coordination.max_open_wait", value, minimum=RESOLUTION)
 
 
 def _check_hook(
@@ -102,6 +105,8 @@ def _check_hook(
 ) -> None:
     if value is not None and not callable(value):
         raise ConfigError("Coordination.on_change", f"must be callable or None, got {value!r}")
+    if inspect.iscoroutinefunction(value):  # called, never awaited: the hook would never run
+        raise ConfigError("Coordination.on_change", f"must be a plain function, not async: got {value!r:.80}")
 
 
 @attrs.frozen
@@ -111,7 +116,7 @@ class Coordination:
     ``LoadBalancer(coordination=poise.Coordination(storage))``. The hot path never waits
     for the storage: each balancer keeps a local view, refreshed when a circuit moves and
     every ``sync_interval``; a local trip is published; OPEN -> HALF_OPEN is the storage
-    clock's decision; probe slots are fleet leases taken ahead of need. When the storage
+    clock's decision; probe slots are fleet leases, taken where a caller wants one. When the storage
     is unreachable or slower than ``timeout``, each balancer falls back to its local
     circuits (a log line, a counter, ``on_change``) and resynchronises when it answers.
 

@@ -44,7 +44,7 @@ class InMemoryStorage:
             running event loop's clock, so a Trio ``MockClock`` or a virtual-time loop
             drives it like every other timer of the balancer); inject a fake one in tests.
             It alone decides OPEN -> HALF_OPEN.
-        protocol_version: the protocol to speak, 1 or 2 (default: the newest); an older
+        protocol_version: the protocol to speak, 1, 2 or 3 (default: the newest, 3); an older
             one stands in for an older release in a mixed fleet.
     """
 

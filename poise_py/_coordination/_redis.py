@@ -33,6 +33,10 @@ _STATES = {s.value: s for s in (CircuitState.CLOSED, CircuitState.OPEN, CircuitS
 _NAMESPACE = re.compile(r"[^{}\s]+")
 
 
+MAX_RETENTION = 1e9
+"""The longest ``retention`` (about 31 years): Redis refuses an expiry it cannot add to its clock."""
+
+
 class RedisStorage:
     """Shared circuit records in Redis: one hash per endpoint, one Lua script per operation.
 
@@ -62,7 +66,7 @@ class RedisStorage:
         retention: seconds a record outlives its last write (plus any open wait), so the
             records of endpoints that left do not pile up. An expired record reads as
             CLOSED, which is also how the fleet recovers from a Redis that lost its keys.
-        protocol_version: the protocol to speak, 1 or 2 (default: the newest); pin 1 to
+        protocol_version: the protocol to speak, 1, 2 or 3 (default: the newest, 3); pin 1 to
             run beside instances of a release that speaks only 1.
     """
 
@@ -89,7 +93,10 @@ class RedisStorage:
             )
         self._client = client
         self._namespace = namespace
-        self._retention = repr(check_duration("RedisStorage.retention", retention))
+        retained = check_duration("RedisStorage.retention", retention)
+        if retained > MAX_RETENTION:  # Redis's EXPIRE takes whole seconds it can add to its clock
+            raise ConfigError("RedisStorage.retention", f"must be at most {MAX_RETENTION:g} s, got {retention!r:.80}")
+        self._retention = repr(retained)
         self._protocol = check_protocol_version("RedisStorage.protocol_version", protocol_version)
         self._scripts: dict[str, Callable[..., Awaitable[Any]]] = {
             name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()

@@ -14,7 +14,7 @@ import math
 import attrs
 
 from .._errors import ConfigError
-from .._knobs import as_float
+from .._knobs import as_float, knob_repr
 from ._circuit import CircuitState
 from ._ejection import Backoff, Escalation
 
@@ -199,11 +199,13 @@ class OpenWait:
         if isinstance(u, bool) or not isinstance(u, int | float) or not 0.0 <= u < 1.0:
             raise ConfigError("OpenWait.unit", f"must be in [0, 1), got {u!r}")
         m = self.minimum
-        if isinstance(m, bool) or not isinstance(m, int | float) or not 0.0 <= m < math.inf:
-            raise ConfigError("OpenWait.minimum", f"must be a finite number >= 0, got {m!r}")
+        if isinstance(m, bool) or not isinstance(m, int | float) or not 0.0 <= as_float(m) < math.inf:
+            raise ConfigError("OpenWait.minimum", f"must be a finite number >= 0, got {knob_repr(m):.80}")
         h = self.horizon
-        if h is not None and (isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 <= h < math.inf):
-            raise ConfigError("OpenWait.horizon", f"must be None or a finite number >= 0, got {h!r}")
+        if h is not None and (
+            isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 <= as_float(h) < math.inf
+        ):
+            raise ConfigError("OpenWait.horizon", f"must be None or a finite number >= 0, got {knob_repr(h):.80}")
 
     @property
     def escalates(self) -> bool:

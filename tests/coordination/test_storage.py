@@ -188,6 +188,7 @@ def test_redis_storage_validates_its_knobs() -> None:
         ({"namespace": ""}, "RedisStorage.namespace"),
         ({"namespace": "a{b}"}, "RedisStorage.namespace"),
         ({"retention": 0}, "RedisStorage.retention"),
+        ({"retention": 1e14}, "RedisStorage.retention"),  # an expiry Redis cannot add to its clock
     ]
     for kwargs, knob in cases:
         with pytest.raises(poise.ConfigError) as info:

@@ -79,3 +79,21 @@ def test_a_minimum_volume_no_count_window_can_hold_is_refused() -> None:
         poise.CircuitPolicy(window=poise.CountWindow(3), minimum_volume=5)
     assert info.value.knob == "CircuitPolicy.minimum_volume"
     assert poise.CircuitPolicy(window=poise.CountWindow(5), minimum_volume=5).minimum_volume == 5
+
+
+def test_coordination_knobs_that_would_fail_later_are_refused_now() -> None:
+    storage = poise.InMemoryStorage()
+
+    async def hook(change: object) -> None:  # async: it would be called and never awaited
+        return None
+
+    cases: list[tuple[Callable[[], object], str]] = [
+        (lambda: poise.Coordination(storage, on_change=hook), "Coordination.on_change"),  # type: ignore[arg-type]
+        (lambda: poise.Coordination(storage, max_open_wait=1e-4), "Coordination.max_open_wait"),
+        (lambda: poise.OpenWait(escalation=poise.Escalation(), minimum=10**400), "OpenWait.minimum"),
+        (lambda: poise.OpenWait(escalation=poise.Escalation(), horizon=10**400), "OpenWait.horizon"),
+    ]
+    for make, knob in cases:
+        with pytest.raises(poise.ConfigError) as info:
+            make()
+        assert info.value.knob == knob
