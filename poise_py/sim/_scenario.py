@@ -349,7 +349,13 @@ def _construct(cls: Callable[..., Any], where: str, **kwargs: Any) -> Any:
         problem = str(exc).removeprefix(f"{knob}: ")
         field = knob.rsplit(".", 1)[-1]
         raise ConfigError(f"{where}.{field}" if field in kwargs else where, problem) from None
-    except (TypeError, ValueError, ArithmeticError) as exc:
+    except TypeError as exc:  # a key the value does not take: name it, and the ones it does
+        unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if unexpected is not None and attrs.has(cls):  # type: ignore[arg-type]
+            known = sorted(f.alias for f in attrs.fields(cls) if f.init)
+            raise ConfigError(f"{where}.{unexpected[1]}", f"unknown key; known here: {known}") from None
+        raise ConfigError(where, str(exc)) from None
+    except (ValueError, ArithmeticError) as exc:
         raise ConfigError(where, str(exc)) from None
 
 

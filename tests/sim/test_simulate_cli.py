@@ -319,3 +319,25 @@ def test_a_seed_out_of_a_scenarios_range_is_refused(seed: str, capsys: pytest.Ca
         main(["simulate", "--seed", seed])
     assert exited.value.code == 2
     assert "a seed is 0.." in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("setting", "field", "known"),
+    [
+        (
+            "circuit = { consecutive_failure = 3 }",
+            "configurations[0].circuit.consecutive_failure",
+            "consecutive_failures",
+        ),
+        ("retry_budget = { percnt = 0.1 }", "configurations[0].retry_budget.percnt", "percent"),
+    ],
+)
+def test_a_misspelt_key_of_a_knob_table_is_named_with_the_keys_it_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str, field: str, known: str
+) -> None:
+    path = tmp_path / "misspelt.toml"
+    path.write_text(TINY.replace("NAME", "misspelt").replace('concurrency = { algorithm = "aimd" }', setting))
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{field}: unknown key; known here:" in err
+    assert known in err
