@@ -266,12 +266,18 @@ class _Table:
         self.data: dict[str, Any] = dict(value)
         self.where = where
         self.read: set[str] = set()
+        self.known: set[str] = set()
+        """Keys the table takes that were not read (the reading went another way): listed too."""
 
     def at(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where else key
 
     def has(self, key: str) -> bool:
         return key in self.data
+
+    def expect(self, *keys: str) -> None:
+        """Say that the table takes ``keys`` too, for the list an unknown key's error gives."""
+        self.known.update(keys)
 
     def raw(self, key: str) -> object:
         self.read.add(key)
@@ -337,7 +343,7 @@ class _Table:
     def done(self) -> None:
         unknown = sorted(set(self.data) - self.read)
         if unknown:
-            raise ConfigError(self.at(unknown[0]), f"unknown key; known here: {sorted(self.read)}")
+            raise ConfigError(self.at(unknown[0]), f"unknown key; known here: {sorted(self.read | self.known)}")
 
 
 def _construct(cls: Callable[..., Any], where: str, **kwargs: Any) -> Any:
@@ -365,6 +371,7 @@ _OBSERVATION_KEYS = ("grpc", "http", "timeout", "refused", "blackhole", "fault")
 
 def _observation(t: _Table) -> Observation | None:
     """The observation a phase or flap table states (None: it names none)."""
+    t.expect(*_OBSERVATION_KEYS, "trailing")
     given = [k for k in _OBSERVATION_KEYS if t.has(k)]
     if len(given) > 1:
         raise ConfigError(t.at(given[1]), f"a failure is one observation; this table also has {given[0]!r}")
@@ -634,6 +641,7 @@ def _hedge(t: _Table) -> poise.Hedge:
     if (delay is None) == (q is None):
         raise ConfigError(t.where, "needs one of delay (seconds) or quantile (of the measured latency, in (0, 1))")
     knobs: dict[str, Any] = {}
+    t.expect("max_attempts", "max_extra_load")
     if t.has("max_attempts"):
         knobs["max_attempts"] = t.integer("max_attempts", None, low=2, high=10)
     if t.has("max_extra_load"):
@@ -642,6 +650,7 @@ def _hedge(t: _Table) -> poise.Hedge:
         t.done()
         return _construct(poise.Hedge, t.where, delay=delay, **knobs)  # type: ignore[no-any-return]
     quantile: dict[str, Any] = {}
+    t.expect("min_samples", "initial")
     if t.has("min_samples"):
         quantile["min_samples"] = t.integer("min_samples", None, low=1, high=1_000_000)
     if t.has("initial"):

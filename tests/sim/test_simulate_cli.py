@@ -341,3 +341,15 @@ def test_a_misspelt_key_of_a_knob_table_is_named_with_the_keys_it_takes(
     err = capsys.readouterr().err
     assert f"{field}: unknown key; known here:" in err
     assert known in err
+
+
+def test_an_unknown_key_lists_every_key_the_table_takes_not_only_the_ones_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "phase.toml"
+    text = TINY.replace("NAME", "phase").replace('concurrency = { algorithm = "aimd" }', "hedge = { quantile = 0.9 }")
+    path.write_text(text.replace("capacity = 4", "capacity = 4\nphases = [{ start = 0 }, { start = 2, htp = 503 }]"))
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "endpoints[0].phases[1].htp: unknown key" in err
+    assert all(f"'{key}'" in err for key in ("http", "grpc", "timeout", "refused", "fault"))
