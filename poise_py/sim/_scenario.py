@@ -560,7 +560,7 @@ def _circuit(t: _Table) -> poise.CircuitPolicy:
     escalation = t.table("escalation")
     if escalation is not None:
         backoff = escalation.string("backoff", None, _BACKOFFS)
-        esc = _plain(escalation)
+        esc = {key: None if value == "off" else value for key, value in _plain(escalation).items()}
         if backoff is not None:
             esc["backoff"] = _BACKOFFS[backoff]
         knobs["escalation"] = _construct(poise.Escalation, escalation.where, **esc)
@@ -569,7 +569,10 @@ def _circuit(t: _Table) -> poise.CircuitPolicy:
         kind = window.string("kind", "count", _WINDOWS)
         assert kind is not None  # noqa: S101 - defaulted
         knobs["window"] = _construct(_WINDOWS[kind], window.where, **_plain(window))
-    hard_cap = t.table("hard_cap")
+    if t.data.get("hard_cap") == "off":  # no cap, as when the key is left out
+        t.raw("hard_cap")
+        knobs["hard_cap"] = None
+    hard_cap = None if "hard_cap" in knobs else t.table("hard_cap")
     if hard_cap is not None:
         knobs["hard_cap"] = _construct(poise.HardCap, hard_cap.where, **_plain(hard_cap))
     # TOML has no null: "off" turns an optional condition off (None in Python).

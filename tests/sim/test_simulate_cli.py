@@ -353,3 +353,10 @@ def test_an_unknown_key_lists_every_key_the_table_takes_not_only_the_ones_read(
     err = capsys.readouterr().err
     assert "endpoints[0].phases[1].htp: unknown key" in err
     assert all(f"'{key}'" in err for key in ("http", "grpc", "timeout", "refused", "fault"))
+
+
+def test_off_turns_off_the_hard_cap_and_the_escalations_decay_interval(tmp_path: Path) -> None:
+    path = tmp_path / "off.toml"
+    setting = 'circuit = { hard_cap = "off", escalation = { decay_interval = "off" } }'
+    path.write_text(TINY.replace("NAME", "off").replace('concurrency = { algorithm = "aimd" }', setting))
+    assert main(["simulate", str(path), "--json"]) == 0
