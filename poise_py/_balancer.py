@@ -237,6 +237,7 @@ class LoadBalancer(PermitIssuer):
         self._cancelled: type[BaseException] = BaseException
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running = False
+        self._starting = False
         self._owner = 0
         self._closed = False
         self._gate = 0
@@ -267,8 +268,16 @@ class LoadBalancer(PermitIssuer):
     # -- lifecycle ---------------------------------------------------------------------
 
     async def __aenter__(self) -> LoadBalancer:
-        if self._running:
+        if self._running or self._starting:  # a second task entering while the first still starts
             raise AlreadyRunning("this LoadBalancer is already running")
+        self._starting = True
+        try:
+            return await self._start()
+        finally:
+            self._starting = False
+
+    async def _start(self) -> LoadBalancer:
+        """``__aenter__``'s body, run while it is marked as starting."""
         self._clock = backend_clock() if self._clock_arg is None else Clock(self._clock_arg)
         self._exit.clock = self._clock
         self._owner = get_ident()
@@ -283,6 +292,7 @@ class LoadBalancer(PermitIssuer):
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._waiting.open()
         self._membership.attach(task_group, self._clock)
         self._running = True
         self._gate = self._owner
@@ -293,7 +303,11 @@ class LoadBalancer(PermitIssuer):
         task_group.start_soon(partial(self._timer.run, self._clock, injected=self._clock_arg is not None))
         coordinator = self._coordinator
         if coordinator is not None:
-            await coordinator.start(self._clock, wake=self._timer.wake)
+            try:
+                await coordinator.start(self._clock, wake=self._timer.wake)
+            except BaseException:  # cancelled (or failed) while starting: close what was opened
+                await self.__aexit__(None, None, None)  # not in a new scope: the task group's is innermost
+                raise
             task_group.start_soon(coordinator.work)
         return self
 
@@ -409,7 +423,7 @@ class LoadBalancer(PermitIssuer):
 
     @property
     def retries_denied(self) -> int:
-        """Retries :meth:`call` skipped because the retry budget was spent."""
+        """Retries and hedges :meth:`call` (and the transports) skipped because the retry budget was spent."""
         return self._budget.denied
 
     def _waiter_demand(self) -> None:
@@ -446,10 +460,11 @@ class LoadBalancer(PermitIssuer):
 
         Raises:
             KeyError: no live endpoint has this id.
-            ConfigError: ``status`` is not an :class:`AdminStatus`.
+            ConfigError: ``endpoint_id`` is not a string, or ``status`` is not an :class:`AdminStatus`.
             WrongThread: called from a thread other than the running balancer's.
         """
         self._on_owner_thread("set_status()")
+        _check_id(endpoint_id)
         if not isinstance(status, AdminStatus):
             raise ConfigError("status", f"must be an AdminStatus, got {status!r}")
         member = self._pool.set_admin(endpoint_id, status, self._clock())
@@ -472,11 +487,13 @@ class LoadBalancer(PermitIssuer):
 
         Raises:
             KeyError: no live endpoint has this id.
+            ConfigError: ``endpoint_id`` is not a string.
             NotDraining: the endpoint is not DRAINING or DISABLED, or an operator moved it
                 out of those statuses while permits were still in flight.
             WrongThread: called from a thread other than the running balancer's.
         """
         self._on_owner_thread("drained()", hand_over="anyio.from_thread.run")
+        _check_id(endpoint_id)
         member = self._pool.members[endpoint_id]
         pool = self._pool
         while True:
@@ -520,6 +537,8 @@ class LoadBalancer(PermitIssuer):
         (counted in ``stream.dropped``) and never slows the balancer. The stream ends when
         the balancer stops, so start the reading task in a task group that outlives
         ``async with lb``, or close the stream yourself (``async with lb.events() as s:``).
+        A stream subscribed while the balancer is stopped carries its next run's events and
+        ends when that run does (it waits until the balancer is started again).
         Subscribe on the balancer's own thread (:class:`WrongThread` otherwise).
         """
         self._on_owner_thread("events()")
@@ -626,7 +645,12 @@ class LoadBalancer(PermitIssuer):
         )
 
     async def _run_discovery(self, source: AsyncIterable[Update]) -> None:
-        iterator = aiter(source)
+        try:
+            iterator = aiter(source)
+        except Exception:  # a stream that cannot even start has failed, as one that fails later
+            logger.exception("poise_py: the discovery stream failed")
+            self._discovery_ended()
+            return
         # A Subscription can restart from a full snapshot once we reject one of its updates.
         resync: Callable[[], None] | None = getattr(iterator, "resync", None)
         try:
@@ -737,3 +761,9 @@ def _first_exception(group: BaseException) -> Exception | None:
 
 
 _DRAINS = frozenset({AdminStatus.DRAINING, AdminStatus.DISABLED})
+
+
+def _check_id(endpoint_id: object) -> None:
+    """An endpoint id is a string: anything else is a ConfigError (an unhashable one would be a TypeError)."""
+    if not isinstance(endpoint_id, str):
+        raise ConfigError("endpoint_id", f"must be an endpoint's id (a string), got {endpoint_id!r:.80}")

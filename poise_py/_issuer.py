@@ -90,16 +90,18 @@ class PermitIssuer:
                 raises at once). With ``wait`` the result is a :class:`PendingPermit`:
                 ``async with lb.acquire(wait=5) as permit:`` waits, first come first
                 served, and raises the selection error if the wait ends first
-                (docs/waiting.md).
+                (docs/tails.md, "Waiting for an eligible endpoint").
 
         Raises:
-            EmptyPool: discovery has delivered no endpoint yet.
+            EmptyPool: the pool holds no endpoint (discovery has delivered none yet, or
+                its latest update left none).
             NoEligibleEndpoints: endpoints exist but none may take a permit now.
             ReadinessError: readiness failures quarantined every endpoint (the error names
                 the last one; the per-reason counts are on its ``__cause__``).
             DiscoveryClosed: the stream ended under ``DiscoveryEnd.FAIL_CLOSED``.
             NotRunning: outside ``async with lb``.
-            ConfigError: ``exclude`` is not a collection of endpoint ids.
+            ConfigError: ``exclude`` is not a collection of endpoint ids, ``wait`` is not a
+                finite number of seconds >= 0, or a hashing policy's ``key`` is unhashable.
             WrongThread: called from a thread other than the balancer's (a balancer
                 belongs to one event loop).
         """

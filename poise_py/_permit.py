@@ -88,6 +88,9 @@ class Permit:
     def fail(self, fault: Fault = Fault.SUSPECT, *, retry_after: float | None = None, overload: bool = False) -> None:
         """Report a failure of tier ``fault``; ``retry_after`` opens the circuit at least that long.
 
+        ``retry_after`` is honoured up to the circuit policy's ``max_retry_after`` (600 s by
+        default).
+
         ``overload``: the failure is load-shaped (a timeout, an overload answer): while another
         endpoint had one recently it is the pool's load, not a strike (see :class:`Classification`).
         """

@@ -81,6 +81,11 @@ def checked_settings(
     Raises:
         ConfigError: the first argument refused, named.
     """
+    if isinstance(discovery, type):  # the class has __aiter__ too: name the mistake
+        raise ConfigError(
+            "discovery",
+            f"must be a discovery source, got the class {discovery.__name__}: write {discovery.__name__}(...)",
+        )
     if not hasattr(discovery, "__aiter__"):
         raise ConfigError("discovery", _discovery_problem(discovery))
     policy = PowerOfTwoChoices() if policy is None else policy
@@ -97,13 +102,13 @@ def checked_settings(
         raise ConfigError("classifier", classifier_problem(classifier))
     if not isinstance(on_discovery_end, DiscoveryEnd):
         raise ConfigError("on_discovery_end", f"must be a DiscoveryEnd, got {on_discovery_end!r}")
-    retry_budget = RetryBudget() if retry_budget is None else retry_budget
-    if not isinstance(retry_budget, RetryBudget):
-        raise ConfigError("retry_budget", f"must be a RetryBudget, got {retry_budget!r}")
     if clock is not None and not callable(clock):
         raise ConfigError("clock", f"must be callable, got {clock!r}")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise ConfigError("seed", f"must be an int or None, got {seed!r:.80}")
+    retry_budget = RetryBudget() if retry_budget is None else retry_budget
+    if not isinstance(retry_budget, RetryBudget):
+        raise ConfigError("retry_budget", f"must be a RetryBudget, got {retry_budget!r}")
     if no_eligible_alert_after is not None:
         no_eligible_alert_after = check_duration("no_eligible_alert_after", no_eligible_alert_after, minimum=RESOLUTION)
     log_limit = LogLimit() if log_limit is None else log_limit

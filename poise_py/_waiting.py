@@ -121,6 +121,8 @@ class WaitQueue:
         self._expiries: list[tuple[float, int, _Waiter]] = []
         self._order = itertools.count()
         self._due = False
+        self._closed: Callable[[], BaseException] | None = None
+        """While the balancer is stopped: the error a caller who would join gets (see :meth:`close`)."""
         self.waited: int = 0
         """Callers that had to wait (found nothing eligible)."""
         self.expired: int = 0
@@ -136,7 +138,13 @@ class WaitQueue:
             self._wake()
 
     def join(self, key: Hashable | None, exclude: Collection[str], wait: float) -> _Waiter:
-        """Queue a caller that waits up to ``wait`` seconds of the balancer's clock."""
+        """Queue a caller that waits up to ``wait`` seconds of the balancer's clock.
+
+        Raises:
+            NotRunning: the balancer stopped (nothing would serve the queue, nor end the wait).
+        """
+        if self._closed is not None:
+            raise self._closed()
         waiter = _Waiter(key, exclude, self._clock() + wait)
         if not self._queue:
             self._signal(True)
@@ -164,6 +172,11 @@ class WaitQueue:
             self._queue.popleft().refuse(error())
         self._expiries.clear()
         self._signal(False)
+        self._closed = error  # a caller who would join from now on ends the same way, at once
+
+    def open(self) -> None:
+        """The balancer runs (again): callers may wait."""
+        self._closed = None
 
     def _remove(self, waiter: _Waiter) -> None:
         try:
