@@ -211,7 +211,7 @@ class WaitQueue:
         self._due = False
         queue = self._queue
         failed: set[tuple[Hashable | None, frozenset[str]]] = set()
-        served: list[_Waiter] = []
+        served = False
         for waiter in queue:
             wants = waiter.wants
             if wants in failed:
@@ -221,7 +221,7 @@ class WaitQueue:
             except SelectionError:
                 failed.add(wants)
                 continue
-            served.append(waiter)
+            served = True
             waiter.grant(permit)
         if served:
             self._queue = queue = deque(w for w in queue if not w.settled)

@@ -544,6 +544,11 @@ _BACKOFFS = {b.value: b for b in poise.Backoff}
 _WINDOWS = {"count": poise.CountWindow, "time": poise.TimeWindow}
 
 
+def _plain_or_off(t: _Table) -> dict[str, Any]:
+    """:func:`_plain`, where TOML's stand-in for null, ``"off"``, turns an optional knob off (None)."""
+    return {key: None if value == "off" else value for key, value in _plain(t).items()}
+
+
 def _plain(t: _Table) -> dict[str, Any]:
     """The table's unread scalar knobs, passed through to a constructor that validates them."""
     out: dict[str, Any] = {}
@@ -560,7 +565,7 @@ def _circuit(t: _Table) -> poise.CircuitPolicy:
     escalation = t.table("escalation")
     if escalation is not None:
         backoff = escalation.string("backoff", None, _BACKOFFS)
-        esc = {key: None if value == "off" else value for key, value in _plain(escalation).items()}
+        esc = _plain_or_off(escalation)
         if backoff is not None:
             esc["backoff"] = _BACKOFFS[backoff]
         knobs["escalation"] = _construct(poise.Escalation, escalation.where, **esc)
@@ -575,8 +580,7 @@ def _circuit(t: _Table) -> poise.CircuitPolicy:
     hard_cap = None if "hard_cap" in knobs else t.table("hard_cap")
     if hard_cap is not None:
         knobs["hard_cap"] = _construct(poise.HardCap, hard_cap.where, **_plain(hard_cap))
-    # TOML has no null: "off" turns an optional condition off (None in Python).
-    knobs.update({key: None if value == "off" else value for key, value in _plain(t).items()})
+    knobs.update(_plain_or_off(t))
     return _construct(poise.CircuitPolicy, t.where, **knobs)  # type: ignore[no-any-return]
 
 
